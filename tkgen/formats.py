@@ -1,0 +1,201 @@
+"""Number formats as data: element formats (ExMy) and scale formats, and the codecs built from them.
+
+A format file says how many exponent and mantissa bits a format has, its bias, which codes are special,
+how it rounds and what happens on overflow. From those numbers alone this module builds the software
+encoder (float32 -> integer code) and decoder (code -> float32) as primitive IR; the emitters print them
+for TileLang and for PyTorch. Nothing here knows a format by name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from . import ir
+from .ir import F32, U32, Builder, Function, Var, c, op, u32
+
+INT_DTYPES = {"int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "int64": 8}
+
+
+@dataclass(frozen=True)
+class ElementFormat:
+    name: str
+    doc: str
+    exponent_bits: int
+    mantissa_bits: int
+    bias: int
+    specials: str          # ieee | finite_nan | finite
+    overflow: str          # saturate | inf
+    torch_dtype: str       # the container torch dtype
+    storage: str           # the integer dtype that carries codes where the target has no native type
+    native: dict           # backend -> TileLang dtype with a conversion that matches this format's rules
+
+    @property
+    def width(self) -> int:
+        return 1 + self.exponent_bits + self.mantissa_bits
+
+    @property
+    def emin(self) -> int:
+        return 1 - self.bias
+
+    @property
+    def max_code(self) -> int:
+        """The largest finite magnitude code (sign bit clear)."""
+        e, m = self.exponent_bits, self.mantissa_bits
+        if self.specials == "ieee":
+            return ((2 ** e - 2) << m) | (2 ** m - 1)
+        if self.specials == "finite_nan":
+            return ((2 ** e - 1) << m) | (2 ** m - 2)
+        return ((2 ** e - 1) << m) | (2 ** m - 1)
+
+    @property
+    def max_value(self) -> float:
+        return decode_code_python(self, self.max_code)
+
+    @property
+    def nan_code(self) -> Optional[int]:
+        e, m = self.exponent_bits, self.mantissa_bits
+        if self.specials == "ieee":
+            return ((2 ** e - 1) << m) | (1 << (m - 1)) if m else None
+        if self.specials == "finite_nan":
+            return (2 ** (e + m)) - 1
+        return None
+
+    @property
+    def inf_code(self) -> Optional[int]:
+        return ((2 ** self.exponent_bits - 1) << self.mantissa_bits) if self.specials == "ieee" else None
+
+    @property
+    def is_float32(self) -> bool:
+        return self.exponent_bits == 8 and self.mantissa_bits == 23
+
+    def native_on(self, backend: str) -> Optional[str]:
+        return self.native.get(backend)
+
+
+@dataclass(frozen=True)
+class ScaleFormat:
+    name: str
+    doc: str
+    value: str                 # ratio | pow2_ceil
+    store: str                 # float | exponent_byte
+    pack: Optional[dict]       # {per_word, bits, word} or None
+
+    @property
+    def per_word(self) -> int:
+        return self.pack["per_word"] if self.pack else 1
+
+    @property
+    def torch_dtype(self) -> str:
+        if self.pack:
+            return self.pack["word"]
+        return "float32" if self.store == "float" else "uint8"
+
+
+def element_from_data(d: dict) -> ElementFormat:
+    cont = d["container"]
+    return ElementFormat(d["format"], d["doc"], d["exponent_bits"], d["mantissa_bits"], d["bias"], d["specials"],
+                         d["overflow"], cont["torch"], cont.get("storage", cont["torch"]), dict(d.get("native", {})))
+
+
+def scale_from_data(d: dict) -> ScaleFormat:
+    return ScaleFormat(d["format"], d["doc"], d["value"], d["store"], d.get("pack"))
+
+
+def decode_code_python(fmt: ElementFormat, code: int) -> float:
+    """Plain-Python decode of one code, used for constants (the format's max) and by tests."""
+    e, m = fmt.exponent_bits, fmt.mantissa_bits
+    sign = -1.0 if (code >> (e + m)) & 1 else 1.0
+    mag = code & ((1 << (e + m)) - 1)
+    ef, mf = mag >> m, mag & ((1 << m) - 1)
+    if fmt.specials == "ieee" and ef == 2 ** e - 1:
+        return sign * float("inf") if mf == 0 else float("nan")
+    if fmt.specials == "finite_nan" and mag == (1 << (e + m)) - 1:
+        return float("nan")
+    if ef == 0:
+        return sign * mf * 2.0 ** (fmt.emin - m)
+    return sign * (1 + mf / 2 ** m) * 2.0 ** (ef - fmt.bias)
+
+
+def encoder(fmt: ElementFormat) -> Function:
+    """float32 -> code (u32 holding `fmt.width` bits): round to nearest even, the format's overflow rule."""
+    e, m = fmt.exponent_bits, fmt.mantissa_bits
+    b = Builder()
+    x = Var("x", F32)
+    u = b.let("u", op("bits", x))
+    a = b.let("a", op("bitand", u, u32(0x7FFFFFFF)))
+    sign = b.let("sign", op("shl", op("shr", u, u32(31)), u32(e + m)))
+    shift = 23 - m
+    is_nan = op("gt", a, u32(0x7F800000))
+    nan_code = fmt.nan_code if fmt.nan_code is not None else fmt.max_code
+    if e == 8:
+        # Same exponent range as float32: dropping mantissa bits with RNE covers subnormals, and a carry
+        # out of the largest finite value lands on infinity, as IEEE requires.
+        lsb = op("bitand", op("shr", a, u32(shift)), u32(1))
+        mag = op("shr", op("add", op("add", a, u32((1 << (shift - 1)) - 1)), lsb), u32(shift))
+        if fmt.overflow == "saturate":
+            mag = op("min", mag, u32(fmt.max_code))
+        code = op("select", is_nan, u32(nan_code), mag)
+        return Function(f"encode_{fmt.name}", (x,), tuple(b.lets), op("bitor", code, sign),
+                        f"float32 -> {fmt.name} code, round to nearest even")
+    e32 = b.let("e32", op("shr", a, u32(23)))
+    # normal results: rebias the exponent, then round the mantissa to m bits (nearest, ties to even)
+    lsb = op("bitand", op("shr", a, u32(shift)), u32(1))
+    rebias = (127 - fmt.bias) << 23
+    nrm = op("shr", op("add", op("add", op("sub", a, u32(rebias)), u32((1 << (shift - 1)) - 1)), lsb), u32(shift))
+    top = fmt.max_code if fmt.overflow == "saturate" else fmt.inf_code
+    nrm = b.let("nrm", op("min", nrm, u32(top)))
+    # subnormal results: |x| / 2^(emin - m), rounded to nearest even; the shift stays in [24 - m, 24]
+    lo, hi = 126 + fmt.emin - m, 126 + fmt.emin
+    m24 = op("bitor", op("bitand", a, u32(0x7FFFFF)), u32(0x800000))
+    sh = b.let("sh", op("sub", u32(150 + fmt.emin - m), op("min", op("max", e32, u32(lo)), u32(hi))))
+    q = b.let("q", op("shr", m24, sh))
+    rem = b.let("rem", op("bitand", m24, op("sub", op("shl", u32(1), sh), u32(1))))
+    half = b.let("half", op("shl", u32(1), op("sub", sh, u32(1))))
+    up = op("or", op("gt", rem, half), op("and", op("eq", rem, half), op("eq", op("bitand", q, u32(1)), u32(1))))
+    sub = b.let("sub", op("add", q, op("select", up, u32(1), u32(0))))
+    code = op("select", is_nan, u32(nan_code),
+              op("select", op("ge", a, u32((127 + fmt.emin) << 23)), nrm,
+                 op("select", op("ge", e32, u32(lo)), sub, u32(0))))
+    return Function(f"encode_{fmt.name}", (x,), tuple(b.lets), op("bitor", code, sign),
+                    f"float32 -> {fmt.name} code: round to nearest even, {fmt.overflow} on overflow")
+
+
+def decoder(fmt: ElementFormat) -> Function:
+    """code (u32) -> float32, exact."""
+    e, m = fmt.exponent_bits, fmt.mantissa_bits
+    b = Builder()
+    code = Var("code", U32)
+    if e == 8:
+        return Function(f"decode_{fmt.name}", (code,), (), op("from_bits", op("shl", code, u32(23 - m))),
+                        f"{fmt.name} code -> float32 (the code is the top bits of a float32)")
+    sign = b.let("sign", op("shl", op("bitand", op("shr", code, u32(e + m)), u32(1)), u32(31)))
+    mag = b.let("mag", op("bitand", code, u32((1 << (e + m)) - 1)))
+    ef = b.let("ef", op("shr", mag, u32(m)))
+    mf = b.let("mf", op("bitand", mag, u32((1 << m) - 1)))
+    normal = op("from_bits", op("bitor", sign, op("bitor", op("shl", op("add", ef, u32(127 - fmt.bias)), u32(23)),
+                                                   op("shl", mf, u32(23 - m)))))
+    subn = op("from_bits", op("bitor", sign, op("bits", op("mul", op("to_f32", mf), c(2.0 ** (fmt.emin - m))))))
+    value = op("select", op("eq", ef, u32(0)), subn, normal)
+    nan = op("from_bits", u32(0x7FC00000))
+    if fmt.specials == "ieee":
+        inf = op("from_bits", op("bitor", sign, u32(0x7F800000)))
+        value = op("select", op("eq", ef, u32(2 ** e - 1)), op("select", op("eq", mf, u32(0)), inf, nan), value)
+    elif fmt.specials == "finite_nan":
+        value = op("select", op("eq", mag, u32((1 << (e + m)) - 1)), nan, value)
+    return Function(f"decode_{fmt.name}", (code,), tuple(b.lets), value, f"{fmt.name} code -> float32, exact")
+
+
+def exponent_byte(sf: ir.Expr) -> ir.Expr:
+    """The biased exponent of a power-of-two float32 (its UE8M0 byte), as u32."""
+    return op("bitand", op("shr", op("bits", sf), u32(23)), u32(0xFF))
+
+
+def scale_pair(rule: str, amax: ir.Expr, fmt_max: float):
+    """(sf, inv) from a clamped amax: the dequantization scale and the quantization multiplier."""
+    if rule == "ratio":
+        return op("div", amax, c(fmt_max)), op("div", c(fmt_max), amax)
+    if rule == "pow2_ceil":
+        # biased exponent of 2^ceil(log2(amax / max)): ((bits - 1) >> 23) + 1, exact for normal inputs
+        be = op("add", op("shr", op("sub", op("bits", op("div", amax, c(fmt_max))), u32(1)), u32(23)), u32(1))
+        return op("from_bits", op("shl", be, u32(23))), op("from_bits", op("shl", op("sub", u32(254), be), u32(23)))
+    raise ValueError(f"unknown scale rule {rule!r}")

@@ -1,0 +1,429 @@
+"""Stage 3a: lower one variant's Program to a TileLang kernel plan for one architecture profile.
+
+The plan is plain data (loops, buffers, reductions, stores, with expressions already printed) that the
+kernel template renders. The profile's knobs decide the few things that differ between targets: where
+tiles live (fragment or local), which loops index them (T.Parallel or T.grid), how many threads, the
+storage type of each format (native or integer codes through the generated codecs), pass configs and
+compile flags. Everything else is emitted the same way for every target.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from . import expr as E
+from . import ir
+from .printers import TileLangPrinter
+from .stages import Load, Map, Reduce, TopK
+
+RESERVED_IDENTIFIERS = {"T", "tilelang", "kernel", "torch"}
+_TL_DTYPE = {"float32": "float32", "int32": "int32", "int64": "int64", "uint8": "uint8", "int8": "int8",
+             "uint16": "uint16", "int16": "int16"}
+
+
+def sym(name: str) -> str:
+    """The Python identifier of a spec symbol (dim or param) in generated code."""
+    return name + "_" if name in RESERVED_IDENTIFIERS else name
+
+
+def py_expr(node: E.Node, rename=sym) -> str:
+    """Print a constant spec expression (shapes, extents) as Python over the factory's arguments."""
+    if isinstance(node, E.Num):
+        return repr(node.value)
+    if isinstance(node, E.Str):
+        return repr(node.value)
+    if isinstance(node, E.Name):
+        return rename(node.id)
+    if isinstance(node, E.Unary):
+        return f"(-{py_expr(node.arg, rename)})" if node.op == "-" else f"(not {py_expr(node.arg, rename)})"
+    if isinstance(node, E.Binary):
+        o = "//" if node.op == "/" else node.op
+        return f"({py_expr(node.lhs, rename)} {o} {py_expr(node.rhs, rename)})"
+    if isinstance(node, E.Call):
+        args = ", ".join(py_expr(a, rename) for a in node.args)
+        return {"ceildiv": f"T.ceildiv({args})", "min": f"min({args})", "max": f"max({args})"}.get(
+            node.fn, f"{node.fn}({args})")
+    raise TypeError(node)
+
+
+@dataclass
+class Loop:
+    axes: List[tuple]                 # (loop var, extent source)
+    assigns: List[tuple] = field(default_factory=list)   # (lhs, rhs) into tile buffers
+    stores: List[tuple] = field(default_factory=list)    # (lhs, rhs) into output tensors, row-guarded
+    guard: Optional[str] = None
+    kind: str = "loop"
+
+
+@dataclass
+class ReduceItem:
+    fn: str
+    src: str
+    dst: str
+    dim: int
+    kind: str = "reduce"
+
+
+@dataclass
+class TopKItem:
+    key_axes: List[tuple]
+    rest_axes: List[tuple]
+    key: str
+    cand: str
+    best: str
+    pick: str
+    over_var: str
+    over_extent: str
+    k_extent: str
+    round_var: str
+    key_init: str
+    out_lhs: str
+    out_rhs: str
+    guard: Optional[str]
+    over_dim: int
+    kind: str = "topk"
+
+
+@dataclass
+class KernelPlan:
+    name: str
+    doc: str
+    args: List[str]                   # factory arguments (static dims and params, input dtypes)
+    preamble: List[tuple]             # (name, python source) evaluated in the factory
+    checks: List[tuple]               # (condition source, message) checked in the factory
+    storages: List[tuple]             # (name, {dtype: storage}) per multi-dtype input
+    loaders: List[tuple]              # (name, {dtype: lambda source})
+    tensors: List[tuple]              # (name, shape source, dtype source)
+    grid: List[tuple]                 # (block var, extent source)
+    threads: str
+    allocs: List[tuple]               # (name, shape source, dtype)
+    body: list
+    helpers: List[str]                # codec helper names used
+
+
+class _KernelLowering:
+    def __init__(self, spec, program, variant, arch, catalog, schedule):
+        self.spec, self.program, self.variant, self.arch, self.catalog = spec, program, variant, arch, catalog
+        self.schedule = schedule
+        self.native = set(arch.native_formats)
+        self.P = "T.Parallel" if arch.loops == "parallel" else "T.grid"
+        self.alloc = "T.alloc_fragment" if arch.tile_memory == "fragment" else "T.alloc_local"
+        self.dyn_axis = next(iter(spec.axes)) if spec.dynamic_dim else None
+        self.helpers = set()
+        self.buffers = {}            # value name -> buffer name
+        self.inlined = {}            # value name -> IR expr (outputs computed only to be stored)
+
+    # -- axes ---------------------------------------------------------------------------------------
+    def axis_plan(self):
+        """Extents and block sizes of every axis, as factory-time Python; which axes split across blocks.
+
+        Whole axes (reduced, top-k'd, or inner parts of a split tensor dim) are sized first, then the
+        dynamic axis, then axes with explicit sizes, and last `auto` axes, which grow to the tile budget.
+        """
+        block = dict(self.schedule.get("block", {}))
+        self.tiled, pre, checks = [], [], []
+        for name, ax in self.spec.axes.items():
+            ext = f'T.dynamic("{self.spec.dynamic_dim}")' if name == self.dyn_axis else py_expr(ax.extent)
+            pre.append((f"N_{name}", ext))
+        kinds = {}
+        for name in self.spec.axes:
+            want = block.get(name, 1 if name == self.dyn_axis else "auto")
+            if name == self.dyn_axis:
+                kinds[name] = ("dyn", want if isinstance(want, int) else 1)
+            elif name in self.program.whole_axes or name in self._view_inner_axes() or want == "all":
+                kinds[name] = ("whole", None)
+            else:
+                kinds[name] = ("auto", None) if want == "auto" else ("fixed", want)
+        for rank in ("whole", "dyn", "fixed", "auto"):
+            for name, (kind, size) in kinds.items():
+                if kind != rank:
+                    continue
+                if kind == "whole":
+                    pre.append((f"B_{name}", f"N_{name}"))
+                    continue
+                self.tiled.append(name)
+                if kind in ("dyn", "fixed"):
+                    pre.append((f"B_{name}", str(size)))
+                    if kind == "fixed":
+                        checks.append((f"N_{name} % B_{name} == 0", f"block size of axis {name} must divide its extent"))
+                else:
+                    sized = [o for o, (k, _) in kinds.items() if k != "auto" or list(kinds).index(o) < list(kinds).index(name)]
+                    others = " * ".join(f"B_{o}" for o in sized) or "1"
+                    pre.append((f"B_{name}", f"pick_block(N_{name}, max(1, TILE_ELEMS // ({others})), "
+                                             f"{self._pack_multiple(name)})"))
+        self.tiled.sort(key=list(self.spec.axes).index)
+        if len(self.tiled) > 3:
+            raise ValueError(f"{self.spec.name}: at most three axes can be split across blocks, not {self.tiled}")
+        return pre, checks
+
+    def _view_inner_axes(self):
+        """Axes that are not the major axis of a split tensor dim must be whole (their index is not tiled)."""
+        inner = set()
+        for t in self.spec.tensors.values():
+            for group in t.view:
+                inner.update(group[1:])
+        return inner
+
+    def _pack_multiple(self, axis):
+        mult = 1
+        for name, t in self.spec.outputs.items():
+            if t.scale_ref and t.view[-1][-1] == axis:
+                fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
+                mult = max(mult, fmt.per_word)
+        return mult
+
+    def gidx(self, axis):
+        return f"(b_{axis} * B_{axis} + i_{axis})" if axis in self.tiled else f"i_{axis}"
+
+    def row_guard(self, axes):
+        if self.dyn_axis in axes and self.dyn_axis in self.tiled and self._dyn_block() != 1:
+            return f"{self.gidx(self.dyn_axis)} < N_{self.dyn_axis}"
+        return None
+
+    def _dyn_block(self):
+        b = self.schedule.get("block", {}).get(self.dyn_axis, 1)
+        return b if isinstance(b, int) else 1
+
+    def tensor_index(self, tensor, axes_override=None):
+        parts = []
+        for group in tensor.view:
+            idx = self.gidx(group[0])
+            for a in group[1:]:
+                idx = f"({idx} * N_{a} + {self.gidx(a)})"
+            parts.append(idx)
+        return ", ".join(parts)
+
+    def loop_axes(self, axes):
+        return [(f"i_{a}", f"B_{a}") for a in axes]
+
+    def elem(self, value):
+        return f"{self.buffers[value.name]}[{', '.join(f'i_{a}' for a in value.axes)}]"
+
+    # -- storage ------------------------------------------------------------------------------------
+    def storage(self, dtype_name):
+        """TileLang dtype of a tensor of this element format or integer type on this target."""
+        if dtype_name in self.catalog.elements:
+            fmt = self.catalog.elements[dtype_name]
+            native = fmt.native_on(self.arch.backend)
+            return native if (native and dtype_name in self.native) else fmt.storage
+        return _TL_DTYPE[dtype_name]
+
+    def loader(self, dtype_name):
+        if dtype_name in self.catalog.elements:
+            fmt = self.catalog.elements[dtype_name]
+            native = fmt.native_on(self.arch.backend)
+            if native and dtype_name in self.native:
+                return "lambda v: v" if fmt.is_float32 else 'lambda v: T.cast(v, "float32")'
+            self.helpers.add(f"decode_{fmt.name}")
+            return f'lambda v: decode_{fmt.name}(T.cast(v, "uint32"))'
+        return 'lambda v: T.cast(v, "int32")'
+
+    def encode_store(self, tensor, value_src):
+        """Source that converts a float32 (or index) value into the element type `tensor` stores."""
+        if tensor.format_ref:
+            fmt = self.catalog.resolve_format(self.spec, tensor.format_ref, self.variant, "element")
+        elif tensor.dtypes[0] in ("int32", "int64"):
+            return f'T.cast({value_src}, "{tensor.dtypes[0]}")'
+        else:
+            fmt = self.catalog.elements[tensor.dtypes[0]]
+        native = fmt.native_on(self.arch.backend)
+        if native and fmt.name in self.native:
+            if fmt.is_float32:
+                return value_src
+            if fmt.overflow == "saturate":
+                # clamp first: the result is then the same on every target and library version
+                m = repr(fmt.max_value)
+                value_src = f"T.clamp({value_src}, T.float32(-{m}), T.float32({m}))"
+            return f'T.cast({value_src}, "{native}")'
+        self.helpers.add(f"encode_{fmt.name}")
+        return f'T.cast(encode_{fmt.name}({value_src}), "{fmt.storage}")'
+
+    # -- body ---------------------------------------------------------------------------------------
+    def loop_for(self, axes):
+        """The open loop over exactly these axes, or a new one (consecutive same-axes work fuses)."""
+        want = self.loop_axes(axes)
+        if self.current is None or self.current.axes != want:
+            self.current = Loop(want, guard=self.row_guard(axes))
+            self.body.append(self.current)
+        return self.current
+
+    def add_item(self, item):
+        self.current = None
+        self.body.append(item)
+
+    def build(self, name):
+        pre, checks = self.axis_plan()
+        p = self.program
+        self.body, self.allocs, self.current = [], [], None
+        consumers = set()
+        for st in p.steps:
+            consumers |= self._sources(st)
+        tensors, storages, loaders, args = [], [], [], []
+        args += [sym(d.name) for d in self.spec.dims.values() if not d.dynamic]
+        args += [sym(prm.name) for prm in self.spec.static_params]
+        for tname, t in self.spec.inputs.items():
+            if len(t.dtypes) > 1:
+                args.append(f"{tname}_dtype")
+                storages.append((tname, {dt: self.storage(dt) for dt in t.dtypes}))
+                dtype_src = f"STORAGE_{tname}"
+            else:
+                dtype_src = repr(self.storage(t.dtypes[0]))
+            loaders.append((tname, {dt: self.loader(dt) for dt in t.dtypes}))
+            tensors.append((tname, self.shape_src(t), dtype_src))
+        for tname, t in self.spec.outputs.items():
+            tensors.append((tname, self.shape_src(t, packed=True), repr(self.output_storage(t))))
+        self.printer = TileLangPrinter(self._var_src)
+        stored = {v.name: tname for tname, v in p.outputs.items()}
+        for st in p.steps:
+            out = st.out
+            if isinstance(st, Load):
+                t = self.spec.inputs[st.tensor]
+                self.buffer(out)
+                load = f"LOAD_{st.tensor}({st.tensor}[{self.tensor_index(t)}])"
+                g = self.row_guard(out.axes)
+                zero = "T.float32(0.0)" if out.dtype == "f32" else "T.int32(0)"
+                self.loop_for(out.axes).assigns.append((self.elem(out), f"T.if_then_else({g}, {load}, {zero})" if g else load))
+            elif isinstance(st, Map):
+                if out.name in stored and out.name not in consumers:
+                    self.inlined[out.name] = st.expr      # computed where it is stored
+                else:
+                    self.buffer(out)
+                    self.loop_for(out.axes).assigns.append((self.elem(out), self.printer(st.expr)))
+            elif isinstance(st, Reduce):
+                self.buffer(out)
+                self.add_item(ReduceItem(f"T.reduce_{st.kind}", self.buffers[st.src.name], out.name,
+                                         st.src.axes.index(st.axis)))
+            elif isinstance(st, TopK):
+                self.add_item(self.topk(st, stored))
+                continue
+            if out.name in stored:
+                self.store(stored[out.name], out)
+        return KernelPlan(name, "", args, pre, checks, storages, loaders, tensors,
+                          [(f"b_{a}", f"T.ceildiv(N_{a}, B_{a})") for a in self.tiled],
+                          str(self.schedule.get("threads", self.arch.threads)), self.allocs, self.body,
+                          sorted(self.helpers))
+
+    def buffer(self, value):
+        self.buffers[value.name] = value.name
+        self.allocs.append((value.name, self.tile_shape(value.axes), _alloc_dtype(value.dtype)))
+
+    def _sources(self, st):
+        if isinstance(st, Map):
+            return set(_vars(st.expr))
+        if isinstance(st, (Reduce, TopK)):
+            return {st.src.name}
+        return set()
+
+    def elem(self, value, at=None):
+        """A tile element of `value` at the loop variables (or at `at`: axis -> index source)."""
+        at = at or {}
+        return f"{self.buffers[value.name]}[{', '.join(at.get(a, f'i_{a}') for a in value.axes)}]"
+
+    def value_src(self, value, at=None):
+        """Source of a value's element: its buffer, or its expression when it was inlined."""
+        if value.name in self.inlined:
+            return TileLangPrinter(lambda v: self.value_src(self.program.values[v.name], at))(self.inlined[value.name])
+        return self.elem(value, at)
+
+    def _var_src(self, v: ir.Var):
+        return self.value_src(self.program.values[v.name])
+
+    def tile_shape(self, axes):
+        return "(" + ", ".join(f"B_{a}" for a in axes) + ("," if len(axes) == 1 else "") + ")"
+
+    def shape_src(self, t, packed=False):
+        dims = [f"N_{self.dyn_axis}" if (isinstance(s, E.Name) and s.id == self.spec.dynamic_dim) else py_expr(s)
+                for s in t.shape]
+        if packed and t.scale_ref:
+            fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
+            if fmt.pack:
+                dims[-1] = f"T.ceildiv({dims[-1]}, {fmt.per_word})"
+        return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+    def output_storage(self, t):
+        if t.format_ref:
+            fmt = self.catalog.resolve_format(self.spec, t.format_ref, self.variant, "element")
+            native = fmt.native_on(self.arch.backend)
+            return native if (native and fmt.name in self.native) else fmt.storage
+        if t.scale_ref:
+            fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
+            return fmt.torch_dtype
+        return self.storage(t.dtypes[0])
+
+    def store(self, tname, v):
+        t = self.spec.outputs[tname]
+        src = self.value_src(v)
+        if t.scale_ref:
+            fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
+            if fmt.pack:
+                return self.store_packed(tname, t, v, fmt)
+            if fmt.store == "exponent_byte":
+                src = f'T.cast({_exponent_byte(src)}, "uint8")'
+        else:
+            src = self.encode_store(t, src)
+        self.loop_for(v.axes).stores.append((f"{tname}[{self.tensor_index(t)}]", src))
+
+    def store_packed(self, tname, t, v, fmt):
+        """Pack `per_word` consecutive exponent bytes along the tensor's last axis into one word."""
+        axis, w, bits = t.view[-1][-1], fmt.per_word, fmt.pack["bits"]
+        loop = Loop([(f"i_{a}w" if a == axis else f"i_{a}", f"T.ceildiv(B_{a}, {w})" if a == axis else f"B_{a}")
+                     for a in v.axes], guard=self.row_guard(v.axes))
+        terms = []
+        for j in range(w):
+            local = f"i_{axis}w * {w} + {j}"
+            glob = f"b_{axis} * B_{axis} + {local}" if axis in self.tiled else local
+            byte = _exponent_byte(self.value_src(v, {axis: local}))
+            terms.append(f"(T.if_then_else({glob} < N_{axis}, {byte}, T.uint32(0)) << T.uint32({bits * j}))")
+        word = f"b_{axis} * T.ceildiv(B_{axis}, {w}) + i_{axis}w" if axis in self.tiled else f"i_{axis}w"
+        index = ", ".join(word if grp[-1] == axis else self.gidx(grp[0]) for grp in t.view)
+        loop.stores.append((f"{tname}[{index}]", f'T.reinterpret({" | ".join(terms)}, "{fmt.pack["word"]}")'))
+        self.add_item(loop)
+
+    def topk(self, st, stored):
+        src, over, new = st.src, st.over, st.new
+        rest = [a for a in src.axes if a != over]
+        names = {k: f"{st.out.name}_{k}" for k in ("key", "cand", "best", "pick")}
+        for k, axes in (("key", src.axes), ("cand", src.axes), ("best", rest), ("pick", rest)):
+            self.allocs.append((names[k], self.tile_shape(axes), "int32"))
+        key_fn = topk_key()
+        self.helpers.add(key_fn.name)
+        tname = stored.get(st.out.name)
+        if tname is None:
+            raise ValueError("a top-k result must be an output of the op (gathering through it is not supported yet)")
+        t = self.spec.outputs[tname]
+        rhs = self.encode_store(t, f"{names['pick']}[{', '.join(f'i_{a}' for a in rest)}]")
+        key_elem = f"{names['key']}[{', '.join(f'i_{a}' for a in src.axes)}]"
+        self.loop_for(src.axes).assigns.append((key_elem, f"{key_fn.name}({self.value_src(src)})"))
+        return TopKItem(self.loop_axes(src.axes), self.loop_axes(rest), names["key"], names["cand"], names["best"],
+                        names["pick"], f"i_{over}", f"N_{over}", f"N_{new}", f"i_{new}",
+                        f"{key_fn.name}({self.value_src(src)})", f"{tname}[{self.tensor_index(t)}]", rhs,
+                        self.row_guard(src.axes), src.axes.index(over))
+
+
+def _exponent_byte(src):
+    return f'((T.reinterpret({src}, "uint32") >> T.uint32(23)) & T.uint32(255))'
+
+
+def _alloc_dtype(dt):
+    return {"f32": "float32", "i32": "int32", "u32": "uint32", "bool": "bool"}[dt]
+
+
+def _vars(e):
+    if isinstance(e, ir.Var):
+        yield e.name
+    for a in ir.children(e):
+        yield from _vars(a)
+
+
+def topk_key() -> ir.Function:
+    """float32 -> int32 key whose integer order is the order of a stable descending sort on floats.
+
+    -0.0 becomes +0.0 (they tie) and every NaN becomes one canonical NaN that ranks above +inf.
+    """
+    b = ir.Builder()
+    x = ir.Var("x", ir.F32)
+    canon = ir.op("select", ir.op("eq", x, ir.c(0.0)), ir.c(0.0),
+                  ir.op("select", ir.op("ne", x, x), ir.op("from_bits", ir.u32(0x7FC00000)), x))
+    s = b.let("s", ir.op("u32_to_i32", ir.op("bits", canon)))
+    key = ir.op("select", ir.op("lt", s, ir.Const(0, ir.I32)), ir.op("bitxor", s, ir.Const(0x7FFFFFFF, ir.I32)), s)
+    return ir.Function("order_key", (x,), tuple(b.lets), key, "float32 -> int32 key ordered like a stable sort")

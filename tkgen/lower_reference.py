@@ -1,0 +1,118 @@
+"""Stage 3b: lower one variant's Program to a plain-PyTorch reference (the test oracle of its kernels).
+
+Every value is a whole tensor whose dims are the value's axes in the op's axis order; elementwise IR is
+printed with explicit broadcasting; reductions and top-k use torch ops; outputs go through the same
+generated software encoders as the CPU kernel. No tiling, no target knobs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List
+
+from . import expr as E
+from .lower_kernel import py_expr, sym, topk_key
+from .printers import TorchPrinter
+from .stages import Load, Map, Reduce, TopK
+
+_REDUCE = {"absmax": "_absmax({src}, {dim})", "max": "{src}.amax(dim={dim})", "min": "{src}.amin(dim={dim})",
+           "sum": "{src}.sum(dim={dim})"}
+
+
+@dataclass
+class ReferencePlan:
+    name: str
+    args: List[str]
+    binds: List[tuple]
+    lines: List[tuple] = field(default_factory=list)      # (kind, data)
+    returns: List[str] = field(default_factory=list)
+    helpers: set = field(default_factory=set)
+
+
+def _bcast(value_axes, target_axes):
+    """Indexing that lifts a tensor over `value_axes` to broadcast against `target_axes`."""
+    if tuple(value_axes) == tuple(target_axes):
+        return ""
+    return "[" + ", ".join(":" if a in value_axes else "None" for a in target_axes) + "]"
+
+
+class _ReferenceLowering:
+    def __init__(self, spec, program, variant, catalog):
+        self.spec, self.program, self.variant, self.catalog = spec, program, variant, catalog
+
+    def build(self, name):
+        spec, p = self.spec, self.program
+        args = [n for n in spec.inputs] + [sym(x.name) for x in spec.static_params]
+        binds, bound = [], set()
+        for tname, t in spec.inputs.items():
+            for i, s in enumerate(t.shape):
+                if isinstance(s, E.Name) and s.id in spec.dims and s.id not in bound:
+                    binds.append((sym(s.id), f"{tname}.shape[{i}]"))
+                    bound.add(s.id)
+        for ax_name, ax in spec.axes.items():
+            binds.append((f"N_{ax_name}", py_expr(ax.extent)))
+        plan = ReferencePlan(name, args, binds)
+        for st in p.steps:
+            out = st.out
+            if isinstance(st, Load):
+                t = spec.inputs[st.tensor]
+                plan.lines.append(("assign", out.name, self.load(t, st.tensor, out)))
+            elif isinstance(st, Map):
+                printer = TorchPrinter(lambda v, axes=out.axes: v.name + _bcast(p.values[v.name].axes, axes))
+                plan.lines.append(("assign", out.name, printer(st.expr)))
+            elif isinstance(st, Reduce):
+                plan.lines.append(("assign", out.name,
+                                   _REDUCE[st.kind].format(src=st.src.name, dim=st.src.axes.index(st.axis))))
+            elif isinstance(st, TopK):
+                key = topk_key()
+                plan.helpers.add(key.name)
+                stack_dim = out.axes.index(st.new)
+                plan.lines.append(("topk", dict(out=out.name, key=f"{key.name}({st.src.name})",
+                                                over=st.src.axes.index(st.over), n_over=f"N_{st.over}",
+                                                n_new=f"N_{st.new}", stack_dim=stack_dim,
+                                                index_shape=self._index_shape(st.src.axes, st.over))))
+        for tname, t in spec.outputs.items():
+            plan.returns.append(self.store(t, p.outputs[tname], plan.helpers))
+        self.helpers = plan.helpers
+        return plan
+
+    def _index_shape(self, axes, over):
+        return "(" + ", ".join(f"N_{a}" if a == over else "1" for a in axes) + ("," if len(axes) == 1 else "") + ")"
+
+    def view_shape(self, t):
+        return "(" + ", ".join(f"N_{a}" for a in t.axes) + ("," if len(t.axes) == 1 else "") + ")"
+
+    def load(self, t, name, value):
+        dt = t.dtypes
+        conv = f"{name}.to(torch.int64)" if all(d in ("int32", "int64") for d in dt) else f"{name}.to(torch.float32)"
+        src = f"{conv}.reshape{self.view_shape(t)}"
+        perm = [t.axes.index(a) for a in value.axes]
+        return src + (f".permute{tuple(perm)}" if perm != sorted(perm) else "")
+
+    def store(self, t, value, helpers):
+        src = value.name
+        perm = [value.axes.index(a) for a in t.axes]
+        if perm != sorted(perm):
+            src = f"{src}.permute{tuple(perm)}"
+        shape = "(" + ", ".join(py_expr(s) if not (isinstance(s, E.Name) and s.id == self.spec.dynamic_dim)
+                                else f"N_{next(iter(self.spec.axes))}" for s in t.shape) + ("," if len(t.shape) == 1 else "") + ")"
+        if t.scale_ref:
+            fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
+            if fmt.store == "float":
+                return f"{src}.reshape{shape}"
+            byte = f"_exponent_byte({src}.reshape{shape})"
+            if fmt.pack:
+                return f"_pack_words({byte}, {fmt.per_word}, {fmt.pack['bits']}, torch.{fmt.pack['word']})"
+            return f"{byte}.to(torch.uint8)"
+        if t.format_ref or t.dtypes[0] not in ("int32", "int64"):
+            fmt = (self.catalog.resolve_format(self.spec, t.format_ref, self.variant, "element") if t.format_ref
+                   else self.catalog.elements[t.dtypes[0]])
+            if fmt.is_float32:
+                return f"{src}.reshape{shape}"
+            helpers.add(f"encode_{fmt.name}")
+            return f"_codes_as(encode_{fmt.name}({src}), torch.{fmt.storage}, torch.{fmt.torch_dtype}).reshape{shape}"
+        return f"{src}.to(torch.{t.dtypes[0]}).reshape{shape}"
+
+
+def lower_reference(spec, program, variant, catalog, name):
+    lowering = _ReferenceLowering(spec, program, variant, catalog)
+    return lowering.build(name)

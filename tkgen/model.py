@@ -1,0 +1,373 @@
+"""Stage 2 of the pipeline: the typed model built from schema-checked documents.
+
+Here every name in a spec is resolved: params, dims, axes, tensors, formats and the values that compute
+stages define. Whatever is wrong is reported at its position in the file. The model is what lowering and
+the emitters consume; they never look at raw YAML.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+from . import expr as E
+from . import formats as F
+from .loader import Document, SpecError, read
+
+BUILTIN_DTYPES = ("int32", "int64")
+RESERVED = {"T", "load", "max", "min", "abs"}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    doc: str
+    choices: Optional[Tuple]          # one_of
+    range: Optional[Tuple]            # (low expr, high expr)
+    default: object
+
+    @property
+    def structural(self) -> bool:
+        """String-valued params select code (a format, a rule): each value is its own generated kernel."""
+        return self.choices is not None and all(isinstance(v, str) for v in self.choices)
+
+
+@dataclass(frozen=True)
+class Dim:
+    name: str
+    doc: str
+    dynamic: bool
+    min: int
+    max: Optional[int]
+    require: Tuple[Tuple[str, E.Node], ...]
+    test_values: Tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str
+    extent: E.Node
+    text: str
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    role: str                                # input | output
+    doc: str
+    dtypes: Tuple[str, ...]                  # element formats / integer types it may have (inputs)
+    format_ref: Optional[str]                # an element-format name or a param naming one
+    scale_ref: Optional[str]                 # a scale-format name or a param naming one
+    shape: Tuple[E.Node, ...]
+    shape_text: Tuple[str, ...]
+    view: Tuple[Tuple[str, ...], ...]        # per tensor dim, the axes (major first) that index it
+    exact: object
+    values: dict
+
+    @property
+    def axes(self) -> Tuple[str, ...]:
+        return tuple(a for group in self.view for a in group)
+
+
+@dataclass(frozen=True)
+class Stage:
+    index: int
+    targets: Tuple[str, ...]
+    value: E.Node
+    text: str
+
+
+@dataclass
+class Arch:
+    name: str
+    doc: str
+    backend: str
+    capability: Optional[Tuple[int, int]]
+    target: object
+    tile_memory: str
+    loops: str
+    threads: int
+    vector_bytes: int
+    tile_elems: int
+    native_formats: Tuple[str, ...]
+    pass_configs: dict
+    compile_flags: Tuple[str, ...]
+    tuned: dict
+    path: Path
+
+
+@dataclass
+class OpSpec:
+    name: str
+    family: str
+    doc: str
+    path: Path
+    sha256: str
+    params: Dict[str, Param]
+    dims: Dict[str, Dim]
+    axes: Dict[str, Axis]
+    inputs: Dict[str, Tensor]
+    outputs: Dict[str, Tensor]
+    stages: Tuple[Stage, ...]
+    schedule: dict
+    workloads: tuple
+    tests: dict
+    doc_ref: Document = field(repr=False, default=None)
+
+    @property
+    def tensors(self) -> Dict[str, Tensor]:
+        return {**self.inputs, **self.outputs}
+
+    @property
+    def dynamic_dim(self) -> Optional[str]:
+        dyn = [d.name for d in self.dims.values() if d.dynamic]
+        return dyn[0] if dyn else None
+
+    @property
+    def structural_params(self):
+        return [p for p in self.params.values() if p.structural]
+
+    @property
+    def static_params(self):
+        return [p for p in self.params.values() if not p.structural]
+
+    def variants(self):
+        """Every combination of structural params: one generated kernel factory each."""
+        sp = self.structural_params
+        for combo in itertools.product(*(p.choices for p in sp)):
+            yield dict(zip((p.name for p in sp), combo))
+
+    @staticmethod
+    def variant_name(variant: dict) -> str:
+        return "_".join(str(v) for v in variant.values()) or "base"
+
+
+@dataclass
+class Catalog:
+    """Everything under a specs directory: operators, number formats and architecture profiles."""
+
+    root: Path
+    ops: Dict[str, OpSpec]
+    elements: Dict[str, F.ElementFormat]
+    scales: Dict[str, F.ScaleFormat]
+    archs: Dict[str, Arch]
+    documents: Dict[Path, Document]
+
+    def op(self, name: str) -> OpSpec:
+        if name not in self.ops:
+            raise KeyError(f"no operator {name!r}; known: {', '.join(sorted(self.ops))}")
+        return self.ops[name]
+
+    def element(self, name: str) -> F.ElementFormat:
+        return self.elements[name]
+
+    def resolve_format(self, spec: OpSpec, ref: str, variant: dict, kind: str):
+        """A tensor's format reference: a format name, or a param whose value in this variant names one."""
+        name = variant.get(ref, ref)
+        table = self.elements if kind == "element" else self.scales
+        return table[name]
+
+    def arch_for_capability(self, major: int, minor: int) -> Arch:
+        cands = [a for a in self.archs.values() if a.backend == "cuda" and a.capability]
+        exact = [a for a in cands if tuple(a.capability) == (major, minor)]
+        if exact:
+            return exact[0]
+        same_major = [a for a in cands if a.capability[0] == major]
+        if same_major:
+            return same_major[0]
+        raise RuntimeError(f"no architecture profile for compute capability {major}.{minor}; "
+                           f"add one under specs/archs/ (known: {', '.join(sorted(self.archs))})")
+
+
+def _parse(doc: Document, path, text):
+    try:
+        return E.parse(text)
+    except E.ExprError as e:
+        raise doc.error(path, e.message + (f" in {e.text!r}" if e.text else ""), col_offset=e.col) from None
+
+
+def _check_names(doc, path, node, known, what):
+    for n in E.names(node):
+        if n not in known:
+            raise doc.error(path, f"unknown name {n!r} in {what}; expected one of {sorted(known)}")
+
+
+def build_format(doc: Document):
+    d = doc.data
+    if d["kind"] == "element":
+        fmt = F.element_from_data(d)
+        if fmt.specials == "ieee" and fmt.mantissa_bits == 0:
+            raise doc.error(("specials",), "an ieee format needs at least one mantissa bit for NaN")
+        return fmt
+    if d["store"] == "exponent_byte" and d["value"] != "pow2_ceil":
+        raise doc.error(("store",), "exponent_byte storage needs value: pow2_ceil")
+    return F.scale_from_data(d)
+
+
+def build_arch(doc: Document) -> Arch:
+    d = doc.data
+    cap = tuple(d["capability"]) if "capability" in d else None
+    if d["backend"] == "cuda" and cap is None:
+        raise doc.error(("capability",), "a cuda profile needs capability: [major, minor]")
+    return Arch(d["arch"], d["doc"], d["backend"], cap, d["target"], d["tile_memory"], d["loops"], d["threads"],
+                d.get("vector_bytes", 16), d.get("tile_elems", 4096), tuple(d["native_formats"]),
+                dict(d.get("pass_configs", {})), tuple(d.get("compile_flags", [])), dict(d.get("tuned", {})),
+                doc.path)
+
+
+def build_op(doc: Document, elements, scales, arch_names) -> OpSpec:
+    d = doc.data
+    taken = {}
+
+    def claim(name, kind, path):
+        if name in taken:
+            raise doc.error(path, f"{name!r} is already a {taken[name]}; names must be unique in a spec")
+        if name in RESERVED and kind != "dim":
+            raise doc.error(path, f"{name!r} is reserved")
+        taken[name] = kind
+
+    params = {}
+    for name, p in d.get("params", {}).items():
+        claim(name, "param", ("params", name))
+        choices = tuple(p["one_of"]) if "one_of" in p else None
+        rng = tuple(_parse(doc, ("params", name, "range", i), v) for i, v in enumerate(p["range"])) if "range" in p else None
+        default = p.get("default")
+        if choices is not None and default is not None and default not in choices:
+            raise doc.error(("params", name, "default"), f"default {default!r} is not one of {list(choices)}")
+        params[name] = Param(name, p["doc"], choices, rng, default)
+    dims = {}
+    for name, dd in d["dims"].items():
+        claim(name, "dim", ("dims", name))
+    for name, dd in d["dims"].items():
+        req = []
+        for i, text in enumerate(dd.get("require", [])):
+            node = _parse(doc, ("dims", name, "require", i), text)
+            _check_names(doc, ("dims", name, "require", i), node, set(d["dims"]) | set(params), "a requirement")
+            req.append((text, node))
+        dims[name] = Dim(name, dd["doc"], dd.get("dynamic", False), dd.get("min", 0), dd.get("max"), tuple(req),
+                         tuple(dd.get("test_values", ())))
+    if sum(1 for x in dims.values() if x.dynamic) > 1:
+        raise doc.error(("dims",), "at most one dim can be dynamic (the rows that one kernel serves)")
+    known_sizes = set(dims) | set(params)
+    for pname, p in params.items():
+        # a one_of may name a dim (group: [32, H]); a range may use dims
+        for i, v in enumerate(p.choices or ()):
+            if isinstance(v, str) and v in dims and not p.structural:
+                pass
+        if p.range:
+            for i, node in enumerate(p.range):
+                _check_names(doc, ("params", pname, "range", i), node, known_sizes, "a range")
+    axes = {}
+    for name, text in d["axes"].items():
+        claim(name, "axis", ("axes", name))
+        node = _parse(doc, ("axes", name), text)
+        _check_names(doc, ("axes", name), node, known_sizes, "an axis extent")
+        axes[name] = Axis(name, node, str(text))
+    dyn = [x.name for x in dims.values() if x.dynamic]
+    if dyn:
+        first = next(iter(axes.values()))
+        if not (isinstance(first.extent, E.Name) and first.extent.id == dyn[0]):
+            raise doc.error(("axes",), f"the first axis must run over the dynamic dim {dyn[0]!r}")
+
+    def tensor(role, name, t):
+        base = (role + "s", name)
+        claim(name, role, base)
+        shape = tuple(_parse(doc, base + ("shape", i), s) for i, s in enumerate(t["shape"]))
+        for i, s in enumerate(shape):
+            _check_names(doc, base + ("shape", i), s, known_sizes, "a shape")
+        view = tuple((v,) if isinstance(v, str) else tuple(v) for v in t["view"])
+        if len(view) != len(shape):
+            raise doc.error(base + ("view",), f"expected {len(shape)} entries (one per dim of the shape), found {len(view)}")
+        for i, group in enumerate(view):
+            for a in group:
+                if a not in axes:
+                    raise doc.error(base + ("view", i), f"unknown axis {a!r}; axes are {list(axes)}")
+        flat = [a for g in view for a in g]
+        if len(set(flat)) != len(flat):
+            raise doc.error(base + ("view",), "an axis may index only one place of a tensor")
+        dtypes = tuple(t["dtypes"]) if "dtypes" in t else ((t["dtype"],) if "dtype" in t else ())
+        for i, dt in enumerate(dtypes):
+            if dt not in elements and dt not in BUILTIN_DTYPES:
+                raise doc.error(base + ("dtypes" if "dtypes" in t else "dtype",),
+                                f"unknown dtype {dt!r}; expected an element format ({', '.join(sorted(elements))}) "
+                                f"or one of {list(BUILTIN_DTYPES)}")
+        if role == "output" and len(dtypes) > 1:
+            raise doc.error(base + ("dtypes",), "an output has one dtype (or a format)")
+        for key, table, kind in (("format", elements, "element"), ("scale_format", scales, "scale")):
+            ref = t.get(key)
+            if ref is None:
+                continue
+            names_ = params[ref].choices if ref in params else (ref,)
+            for n in names_:
+                if n not in table:
+                    raise doc.error(base + (key,), f"unknown {kind} format {n!r}; expected one of {sorted(table)}")
+        exact = t.get("exact", "bit" if role == "output" else None)
+        return Tensor(name, role, t.get("doc", ""), dtypes, t.get("format"), t.get("scale_format"), shape,
+                      tuple(str(s) for s in t["shape"]), view, exact, dict(t.get("values", {})))
+
+    inputs = {n: tensor("input", n, t) for n, t in d["inputs"].items()}
+    outputs = {n: tensor("output", n, t) for n, t in d["outputs"].items()}
+    stages = []
+    for i, text in enumerate(d["compute"]):
+        try:
+            st = E.parse_statement(text)
+        except E.ExprError as e:
+            raise doc.error(("compute", i), e.message, col_offset=e.col) from None
+        stages.append(Stage(i, st.targets, st.value, text))
+    schedule = d.get("schedule", {})
+    for key in schedule:
+        if key != "default" and key not in arch_names:
+            raise doc.error(("schedule", key), f"unknown architecture {key!r}; expected default or one of {sorted(arch_names)}")
+    spec = OpSpec(d["op"], d["family"], d["doc"], doc.path, doc.sha256, params, dims, axes, inputs, outputs,
+                  tuple(stages), schedule, tuple(d.get("workloads", ())), dict(d.get("tests", {})), doc)
+    from .stages import typecheck  # the stage library checks what the compute stages mean
+
+    typecheck(spec, elements, scales)
+    return spec
+
+
+def load_catalog(root) -> Catalog:
+    """Read and check every spec file under `root` (formats and archs first, then operators)."""
+    root = Path(root)
+    docs = {p: read(p) for p in sorted(root.rglob("*.yaml"))}
+    elements, scales, archs = {}, {}, {}
+    for path, doc in docs.items():
+        if doc.kind == "format":
+            fmt = build_format(doc)
+            table = elements if isinstance(fmt, F.ElementFormat) else scales
+            if fmt.name in table:
+                raise doc.error(("format",), f"format {fmt.name!r} is defined twice")
+            table[fmt.name] = fmt
+        elif doc.kind == "arch":
+            arch = build_arch(doc)
+            archs[arch.name] = arch
+    ops = {}
+    for path, doc in docs.items():
+        if doc.kind == "op":
+            spec = build_op(doc, elements, scales, set(archs))
+            if spec.name in ops:
+                raise doc.error(("op",), f"operator {spec.name!r} is defined twice")
+            ops[spec.name] = spec
+    return Catalog(root, ops, elements, scales, archs, docs)
+
+
+def validate_files(paths, root=None):
+    """Check spec files; returns a list of SpecErrors (empty when all are valid)."""
+    errors = []
+    root = Path(root) if root else None
+    base = load_catalog(root) if root else None
+    for p in paths:
+        try:
+            doc = read(p)
+            if doc.kind == "op":
+                if base is None:
+                    raise SpecError(p, 1, 1, (), "operator specs need the formats and archs of a specs directory")
+                build_op(doc, base.elements, base.scales, set(base.archs))
+            elif doc.kind == "format":
+                build_format(doc)
+            else:
+                build_arch(doc)
+        except SpecError as e:
+            errors.append(e)
+    return errors

@@ -1,0 +1,1 @@
+"""What generated code calls at run time: the compile cache, argument checks, device dispatch."""

@@ -1,0 +1,201 @@
+"""The generic half of every generated op: argument checks, output allocation, device dispatch, launch.
+
+A generated `op.py` describes its op as data (an `OpInfo`) and calls into this module; nothing here knows
+any operator. Checks run before any launch and raise TypeError (wrong kind or dtype) or ValueError (wrong
+rank, shape, device, layout, param), naming the argument and the rule it broke.
+"""
+from __future__ import annotations
+
+import importlib
+import threading
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+
+from .compile import compile_kernel
+
+TORCH_DTYPES = {
+    "fp32": torch.float32, "bf16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64,
+    "float32": torch.float32, "bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn,
+    "float8_e5m2": torch.float8_e5m2, "uint8": torch.uint8, "int8": torch.int8, "uint16": torch.uint16,
+    "int16": torch.int16,
+}
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    name: str
+    choices: Optional[Tuple]           # values; a str naming a dim stands for that dim's size
+    range: Optional[Callable]          # dims -> (low, high)
+    structural: bool
+    doc: str
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    name: str
+    dtypes: Tuple[str, ...]
+    shape: Tuple[str, ...]             # per dim: a dim name to bind, or an expression text checked after binding
+    shape_fn: Callable                 # dims -> expected shape
+
+
+@dataclass(frozen=True)
+class OutputInfo:
+    name: str
+    shape_fn: Callable                 # (dims, variant) -> container shape
+    dtype_fn: Callable                 # variant -> torch dtype name of the container
+    exact: object = "bit"              # bit | {"ulp": n} | {"tol": {"rtol": r, "atol": a}}
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    name: str
+    package: str
+    params: Tuple[ParamInfo, ...]
+    inputs: Tuple[InputInfo, ...]
+    outputs: Tuple[OutputInfo, ...]
+    dims: Tuple[Tuple[str, bool, int, Optional[int]], ...]      # (name, dynamic, min, max)
+    requires: Tuple[Tuple[str, Callable], ...]
+    factory_args: Tuple[str, ...]
+
+    @property
+    def dynamic_dim(self):
+        return next((d[0] for d in self.dims if d[1]), None)
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return {v: k for k, v in TORCH_DTYPES.items() if k in ("fp32", "bf16", "int32", "int64")}.get(dt, str(dt))
+
+
+def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> Dict[str, int]:
+    """Validate arguments; return the bound sizes (dims and params) of this call."""
+    device = None
+    dims: Dict[str, int] = {}
+    for info in op.inputs:
+        t = tensors[info.name]
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op.name}: argument `{info.name}` must be a torch.Tensor, got {type(t).__name__}")
+        allowed = [TORCH_DTYPES[d] for d in info.dtypes]
+        if t.dtype not in allowed:
+            raise TypeError(f"{op.name}: argument `{info.name}` must have dtype "
+                            f"{' or '.join(str(a) for a in allowed)}, got {t.dtype}")
+        if t.dim() != len(info.shape):
+            raise ValueError(f"{op.name}: argument `{info.name}` must have rank {len(info.shape)} "
+                             f"(shape [{', '.join(info.shape)}]), got shape {tuple(t.shape)}")
+        if t.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"{op.name}: argument `{info.name}` is on {t.device}; expected a cpu or cuda tensor")
+        if device is not None and t.device != device:
+            raise ValueError(f"{op.name}: argument `{info.name}` is on {t.device} but earlier arguments are on {device}")
+        device = t.device
+        if not t.is_contiguous():
+            raise ValueError(f"{op.name}: argument `{info.name}` must be contiguous (row-major); call .contiguous()")
+        for size, name in zip(t.shape, info.shape):
+            if name.isidentifier() and any(d[0] == name for d in op.dims) and name not in dims:
+                dims[name] = int(size)
+    for name, dynamic, lo, hi in op.dims:
+        if name not in dims:
+            continue
+        if dims[name] < lo or (hi is not None and dims[name] > hi):
+            bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+            raise ValueError(f"{op.name}: size {name} must be {bound}, got {dims[name]}")
+    for p in op.params:
+        v = params[p.name]
+        if p.choices is not None:
+            allowed = [dims.get(c, c) if isinstance(c, str) and not p.structural else c for c in p.choices]
+            if isinstance(v, bool) or not isinstance(v, type(allowed[0])) or v not in allowed:
+                shown = ", ".join(f"{c} (= {dims[c]} here)" if isinstance(c, str) and c in dims and not p.structural
+                                  else repr(c) for c in p.choices)
+                raise ValueError(f"{op.name}: `{p.name}` must be one of {shown}; got {v!r}")
+        else:
+            lo, hi = p.range(dims)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ValueError(f"{op.name}: `{p.name}` must be an integer in [{lo}, {hi}]; got {v!r}")
+        dims[p.name] = v
+    for info in op.inputs:
+        want = tuple(info.shape_fn(dims))
+        got = tuple(tensors[info.name].shape)
+        if got != want:
+            raise ValueError(f"{op.name}: argument `{info.name}` must have shape [{', '.join(info.shape)}] "
+                             f"= {want}, got {got}")
+    for text, rule in op.requires:
+        if not rule(dims):
+            raise ValueError(f"{op.name}: requirement `{text}` does not hold "
+                             f"({', '.join(f'{k}={v}' for k, v in dims.items() if k in text)})")
+    return dims
+
+
+def variant_of(op: OpInfo, params) -> str:
+    values = [str(params[p.name]) for p in op.params if p.structural]
+    return "_".join(values) or "base"
+
+
+def allocate(op: OpInfo, tensors, params, dims=None):
+    """Empty outputs of the right container shapes and dtypes, on the inputs' device."""
+    dims = dims if dims is not None else check(op, tensors, params)
+    variant = variant_of(op, params)
+    device = tensors[op.inputs[0].name].device
+    return tuple(torch.empty(o.shape_fn(dims, variant), dtype=TORCH_DTYPES[o.dtype_fn(variant)], device=device)
+                 for o in op.outputs)
+
+
+_ARCH_LOCK = threading.Lock()
+_ARCH_OF_DEVICE: Dict[object, str] = {}
+
+
+def arch_for(device: torch.device) -> str:
+    """The architecture profile serving a device: `cpu`, or the CUDA profile matching its capability."""
+    if device.type == "cpu":
+        return "cpu"
+    with _ARCH_LOCK:
+        if device not in _ARCH_OF_DEVICE:
+            from .. import registry
+            registry.use_generated()
+            from tkgen_generated.archs import arch_for_capability
+            _ARCH_OF_DEVICE[device] = arch_for_capability(*torch.cuda.get_device_capability(device))
+        return _ARCH_OF_DEVICE[device]
+
+
+def kernel_for(op: OpInfo, arch: str, variant: str, static_args: tuple, dtypes: tuple):
+    module = importlib.import_module(f"{op.package}.kernel_{arch}")
+    factory = getattr(module, f"build_{variant}")
+    return compile_kernel(module, factory, static_args + dtypes)
+
+
+def storage_views(module_storages, tensors):
+    out = []
+    for t, storage in zip(tensors, module_storages):
+        want = TORCH_DTYPES[storage]
+        out.append(t if t.dtype == want else t.view(want))
+    return out
+
+
+def run(op: OpInfo, tensors, params, arch: Optional[str] = None, out=None):
+    """Check, allocate (or take `out`), pick the kernel for the device (or `arch`), launch.
+
+    `out` lets tests pass poisoned outputs, so that elements a kernel fails to write show up.
+    """
+    dims = check(op, tensors, params)
+    if out is None:
+        outs = allocate(op, tensors, params, dims)
+    else:
+        outs = tuple(out)
+        want = allocate(op, {k: v.to("meta") for k, v in tensors.items()}, params, dims)
+        for o, w in zip(outs, want):
+            if o.shape != w.shape or o.dtype != w.dtype or not o.is_contiguous():
+                raise ValueError(f"{op.name}: an `out` tensor must be contiguous {w.dtype} of shape {tuple(w.shape)}")
+    if op.dynamic_dim is not None and dims[op.dynamic_dim] == 0:
+        return outs
+    device = tensors[op.inputs[0].name].device
+    arch = arch or arch_for(device)
+    variant = variant_of(op, params)
+    statics = tuple(dims[a] for a in op.factory_args)
+    dtypes = tuple(_dtype_name(tensors[i.name].dtype) for i in op.inputs if len(i.dtypes) > 1)
+    kernel, storages = kernel_for(op, arch, variant, statics, dtypes)
+    args = [tensors[i.name] for i in op.inputs] + list(outs)
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            kernel(*storage_views(storages, args))
+    else:
+        kernel(*storage_views(storages, args))
+    return outs

@@ -1,0 +1,66 @@
+"""The primitive operations that generated PyTorch references are printed in terms of.
+
+Unsigned 32-bit values are int64 tensors holding [0, 2^32); float32 constants are 0-d float32 tensors so
+that every operation runs in float32, as the kernels do.
+"""
+import functools
+
+import torch
+
+__all__ = ["torch", "_f32", "_t", "_bits", "_from_bits", "_wrap_i32", "_absmax", "_exponent_byte",
+           "_pack_words", "_codes_as"]
+
+
+@functools.lru_cache(maxsize=None)
+def _f32(value: float) -> torch.Tensor:
+    return torch.tensor(value, dtype=torch.float32)
+
+
+def _t(x):
+    """Python ints (u32/i32 constants) as int64 tensors, so torch.maximum and friends accept them."""
+    return x if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=torch.int64)
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    """float32 -> its bit pattern as a u32 value."""
+    return x.to(torch.float32).contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+
+
+def _wrap_i32(u) -> torch.Tensor:
+    """Any integer tensor -> int64 holding the value wrapped to signed 32 bits."""
+    u = _t(u) & 0xFFFFFFFF
+    return u - ((u >> 31) << 32)
+
+
+def _from_bits(u) -> torch.Tensor:
+    """A u32 bit pattern -> the float32 it encodes."""
+    return _wrap_i32(u).to(torch.int32).view(torch.float32)
+
+
+def _absmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch.maximum(x, -x).amax(dim=dim)
+
+
+def _exponent_byte(sf: torch.Tensor) -> torch.Tensor:
+    """The biased exponent of power-of-two float32 scales (UE8M0 bytes), as int64."""
+    return (_bits(sf) >> 23) & 0xFF
+
+
+def _pack_words(codes: torch.Tensor, per_word: int, bits: int, word: torch.dtype) -> torch.Tensor:
+    """Pack `per_word` consecutive codes of the last dim into one little-endian word; the tail is zero."""
+    n = codes.shape[-1]
+    words = -(-n // per_word)
+    padded = torch.zeros(*codes.shape[:-1], words * per_word, dtype=torch.int64, device=codes.device)
+    padded[..., :n] = codes
+    packed = torch.zeros(*codes.shape[:-1], words, dtype=torch.int64, device=codes.device)
+    for j in range(per_word):
+        packed |= padded[..., j::per_word] << (bits * j)
+    return _wrap_i32(packed).to(word) if word == torch.int32 else packed.to(word)
+
+
+def _codes_as(codes: torch.Tensor, storage: torch.dtype, container: torch.dtype) -> torch.Tensor:
+    """Integer codes (int64) -> the format's torch container, bit for bit."""
+    width = torch.empty((), dtype=storage).element_size() * 8
+    signed = codes - ((codes >> (width - 1)) & 1) * (1 << width)      # into the signed range of `width`
+    as_int = signed.to({8: torch.int8, 16: torch.int16, 32: torch.int32}[width])
+    return as_int.view(container)

@@ -1,0 +1,281 @@
+"""The stage library: what the functions of a `compute:` block mean.
+
+A compute block is a list of statements such as `amax = max(absmax(xf, c), 1e-4)`. This module checks them
+(names, arities, axes) and turns them, for one variant of an op, into a `Program`: a list of steps of a few
+kinds (load, elementwise map, reduction, top-k). Each value carries the axes it varies over; elementwise
+expressions broadcast over axes, reductions remove one, top-k replaces one. Elementwise expressions become
+primitive IR (ir.py), so the kernel and the reference print the same arithmetic.
+
+Adding a capability means adding a function here (its type rule and its expansion), plus its lowering in
+lower_kernel.py and lower_reference.py: never raw TileLang inside a spec.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Tuple
+
+from . import expr as E
+from . import formats as F
+from . import ir
+from .ir import BOOL, F32, I32, op
+
+REDUCTIONS = {"absmax": "absmax", "amax": "max", "amin": "min", "sum": "sum"}
+STRUCTURAL = {"load", "topk", "scale_from_amax", *REDUCTIONS}
+# elementwise functions: name -> (arity range, builder over IR args)
+_UNARY_MATH = {"exp", "log", "sqrt", "rsqrt"}
+ELEMENTWISE = {"max": (2, 2), "min": (2, 2), "abs": (1, 1), "clamp": (3, 3), "where": (3, 3),
+               "sigmoid": (1, 1), **{f: (1, 1) for f in _UNARY_MATH}}
+_BINOPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne", "<": "lt", "<=": "le",
+           ">": "gt", ">=": "ge", "and": "and", "or": "or"}
+
+
+@dataclass(frozen=True)
+class Value:
+    name: str
+    axes: Tuple[str, ...]      # in the op's axis order
+    dtype: str                 # ir dtype: f32 | i32 | bool
+
+
+@dataclass(frozen=True)
+class Load:
+    out: Value
+    tensor: str
+
+
+@dataclass(frozen=True)
+class Map:
+    out: Value
+    expr: ir.Expr              # Vars name other values
+
+
+@dataclass(frozen=True)
+class Reduce:
+    out: Value
+    kind: str                  # absmax | max | min | sum
+    src: Value
+    axis: str
+
+
+@dataclass(frozen=True)
+class TopK:
+    out: Value
+    src: Value
+    over: str
+    new: str
+
+
+@dataclass
+class Program:
+    """One variant of an op as steps over named values; outputs map tensor names to values."""
+
+    values: Dict[str, Value]
+    steps: List[object]
+    outputs: Dict[str, Value]
+    whole_axes: set = field(default_factory=set)   # axes that a block must hold entirely
+
+
+class StageError(ValueError):
+    def __init__(self, stage_index, message):
+        self.stage_index, self.message = stage_index, message
+        super().__init__(message)
+
+
+def _order(spec, axes):
+    return tuple(a for a in spec.axes if a in axes)
+
+
+def _hoist(node, out, counter, top=False):
+    """Pull structural calls out of an expression: `max(absmax(x, c), 1)` -> `_t0 = absmax(x, c)`.
+
+    Hoisted statements are appended to `out` in evaluation order; the expression that is left refers to
+    them by their temporary names.
+    """
+    if isinstance(node, E.Call):
+        node = E.Call(node.fn, tuple(_hoist(a, out, counter) for a in node.args), node.col)
+        if node.fn in STRUCTURAL and not top:
+            name = f"_t{counter[0]}"
+            counter[0] += 1
+            out.append(((name,), node))
+            return E.Name(name, node.col)
+        return node
+    if isinstance(node, E.Binary):
+        return E.Binary(node.op, _hoist(node.lhs, out, counter), _hoist(node.rhs, out, counter), node.col)
+    if isinstance(node, E.Unary):
+        return E.Unary(node.op, _hoist(node.arg, out, counter), node.col)
+    return node
+
+
+def _flatten(spec):
+    """The compute block as (stage index, targets, expression) with nested structural calls hoisted."""
+    counter = [0]
+    for st in spec.stages:
+        pre = []
+        top = _hoist(st.value, pre, counter, top=True)
+        for targets, node in pre:
+            yield st.index, targets, node
+        yield st.index, st.targets, top
+
+
+class _Builder:
+    """Checks one variant's compute block and builds its Program."""
+
+    def __init__(self, spec, elements, scales, variant):
+        self.spec, self.elements, self.scales, self.variant = spec, elements, scales, variant
+        self.values: Dict[str, Value] = {}
+        self.steps: List[object] = []
+        self.whole = set()
+
+    def fail(self, idx, msg):
+        raise StageError(idx, msg)
+
+    def format_arg(self, idx, node, table, kind):
+        if not isinstance(node, E.Name):
+            self.fail(idx, f"expected the name of a {kind} format or of a param that names one")
+        name = self.variant.get(node.id, node.id)
+        if name not in table:
+            self.fail(idx, f"{node.id!r} is not a {kind} format (or a param naming one)")
+        return table[name]
+
+    def axis_arg(self, idx, node):
+        if not isinstance(node, E.Name) or node.id not in self.spec.axes:
+            self.fail(idx, f"expected an axis ({', '.join(self.spec.axes)}), found {E.to_source(node)!r}")
+        return node.id
+
+    def value_arg(self, idx, node):
+        if not isinstance(node, E.Name) or node.id not in self.values:
+            self.fail(idx, f"expected a value computed by an earlier stage, found {E.to_source(node)!r}")
+        return self.values[node.id]
+
+    def define(self, idx, name, axes, dtype):
+        if name in self.values or name in self.spec.inputs:
+            self.fail(idx, f"{name!r} is assigned twice")
+        v = Value(name, _order(self.spec, axes), dtype)
+        self.values[name] = v
+        return v
+
+    def statement(self, idx, targets, node):
+        fn = node.fn if isinstance(node, E.Call) else None
+        nargs = len(node.args) if fn else 0
+        want = {"load": 1, "topk": 3, "scale_from_amax": 3, **{r: 2 for r in REDUCTIONS}}.get(fn)
+        if want is not None and nargs != want:
+            self.fail(idx, f"{fn} takes {want} arguments, found {nargs}")
+        if fn in STRUCTURAL and fn != "scale_from_amax" and len(targets) != 1:
+            self.fail(idx, f"{fn} produces one value; found {len(targets)} names to assign")
+        if fn == "load":
+            t = node.args[0]
+            if not isinstance(t, E.Name) or t.id not in self.spec.inputs:
+                self.fail(idx, f"load takes an input tensor ({', '.join(self.spec.inputs)})")
+            tensor = self.spec.inputs[t.id]
+            is_int = all(dt in ("int32", "int64") for dt in tensor.dtypes)
+            out = self.define(idx, targets[0], tensor.axes, I32 if is_int else F32)
+            self.steps.append(Load(out, t.id))
+        elif fn in REDUCTIONS:
+            src = self.value_arg(idx, node.args[0])
+            axis = self.axis_arg(idx, node.args[1])
+            if axis not in src.axes:
+                self.fail(idx, f"{src.name!r} does not vary over axis {axis!r}")
+            if src.dtype != F32:
+                self.fail(idx, f"{fn} needs float values")
+            self.whole.add(axis)
+            out = self.define(idx, targets[0], [a for a in src.axes if a != axis], F32)
+            self.steps.append(Reduce(out, REDUCTIONS[fn], src, axis))
+        elif fn == "topk":
+            src = self.value_arg(idx, node.args[0])
+            over, new = self.axis_arg(idx, node.args[1]), self.axis_arg(idx, node.args[2])
+            if over not in src.axes or new in src.axes:
+                self.fail(idx, f"topk(v, over, new): v must vary over {over!r} and not over {new!r}")
+            self.whole |= {over, new}
+            out = self.define(idx, targets[0], [a for a in src.axes if a != over] + [new], I32)
+            self.steps.append(TopK(out, src, over, new))
+        elif fn == "scale_from_amax":
+            if len(targets) != 2:
+                self.fail(idx, "scale_from_amax produces two values: `sf, inv = scale_from_amax(...)`")
+            scale = self.format_arg(idx, node.args[0], self.scales, "scale")
+            amax = self.value_arg(idx, node.args[1])
+            elem = self.format_arg(idx, node.args[2], self.elements, "element")
+            sf, inv = F.scale_pair(scale.value, ir.Var(amax.name, F32), elem.max_value)
+            for name, e in zip(targets, (sf, inv)):
+                self.steps.append(Map(self.define(idx, name, amax.axes, F32), e))
+        else:
+            if len(targets) != 1:
+                self.fail(idx, "an elementwise expression produces one value")
+            axes = set()
+            e = self.elementwise(idx, node, axes)
+            self.steps.append(Map(self.define(idx, targets[0], axes, e.dtype), e))
+
+    def elementwise(self, idx, node, axes) -> ir.Expr:
+        rec = lambda n: self.elementwise(idx, n, axes)  # noqa: E731
+        if isinstance(node, E.Num):
+            return ir.c(node.value, F32)
+        if isinstance(node, E.Name):
+            if node.id in self.values:
+                v = self.values[node.id]
+                axes.update(v.axes)
+                return ir.Var(v.name, v.dtype)
+            self.fail(idx, f"unknown value {node.id!r}; values so far: {sorted(self.values)}")
+        if isinstance(node, E.Unary):
+            a = rec(node.arg)
+            return op("neg", a) if node.op == "-" else op("not", a)
+        if isinstance(node, E.Binary):
+            try:
+                return op(_BINOPS[node.op], rec(node.lhs), rec(node.rhs))
+            except (TypeError, KeyError) as e:
+                self.fail(idx, f"operator {node.op!r}: {e}")
+        if isinstance(node, E.Call):
+            if node.fn in STRUCTURAL:
+                self.fail(idx, f"{node.fn} cannot be used here")
+            if node.fn not in ELEMENTWISE:
+                self.fail(idx, f"unknown function {node.fn!r}; the stage library has "
+                               f"{sorted(set(ELEMENTWISE) | STRUCTURAL)}")
+            lo, hi = ELEMENTWISE[node.fn]
+            if not lo <= len(node.args) <= hi:
+                self.fail(idx, f"{node.fn} takes {lo} argument(s), found {len(node.args)}")
+            args = [rec(a) for a in node.args]
+            try:
+                return _elementwise(node.fn, args)
+            except TypeError as e:
+                self.fail(idx, f"{node.fn}: {e}")
+        self.fail(idx, f"unsupported expression {E.to_source(node)!r}")
+
+    def finish(self):
+        outputs = {}
+        for name, t in self.spec.outputs.items():
+            if name not in self.values:
+                raise StageError(len(self.spec.stages) - 1, f"output {name!r} is never assigned")
+            v = self.values[name]
+            if set(v.axes) != set(t.axes):
+                raise StageError(len(self.spec.stages) - 1,
+                                 f"output {name!r} varies over {list(v.axes)} but its view has axes {list(t.axes)}")
+            outputs[name] = v
+        return Program(self.values, self.steps, outputs, self.whole)
+
+
+def _elementwise(fn, args) -> ir.Expr:
+    if fn in ("max", "min"):
+        return op(fn, *args)
+    if fn == "abs":
+        return op("max", args[0], op("neg", args[0]))
+    if fn == "clamp":
+        return op("min", op("max", args[0], args[1]), args[2])
+    if fn == "where":
+        return op("select", *args)
+    if fn == "sigmoid":
+        one = ir.c(1.0)
+        return op("div", one, op("add", one, op("exp", op("neg", args[0]))))
+    return op(fn, args[0])
+
+
+def build_program(spec, elements, scales, variant) -> Program:
+    b = _Builder(spec, elements, scales, variant)
+    for idx, targets, node in _flatten(spec):
+        b.statement(idx, targets, node)
+    return b.finish()
+
+
+def typecheck(spec, elements, scales):
+    """Check every variant's compute block; errors point at the stage's line in the spec."""
+    for variant in spec.variants():
+        try:
+            build_program(spec, elements, scales, variant)
+        except StageError as e:
+            raise spec.doc_ref.error(("compute", e.stage_index), e.message) from None

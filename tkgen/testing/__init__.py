@@ -1,0 +1,1 @@
+"""Generic testing support for generated strategies and property tests: recipes, comparisons, oracles."""

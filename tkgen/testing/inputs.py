@@ -1,0 +1,57 @@
+"""Turn input recipes (drawn by the generated strategies) into tensors, deterministically."""
+from __future__ import annotations
+
+import torch
+
+from ..runtime.ops import TORCH_DTYPES
+
+
+def _extremes(dtype):
+    info = torch.finfo(dtype)
+    return info.max, info.smallest_normal, info.smallest_normal * info.eps   # max, min normal, min subnormal
+
+
+def materialize(recipe: dict, shape, device="cpu") -> torch.Tensor:
+    """The tensor a recipe describes: same recipe and shape, same bits, on any device."""
+    dtype = TORCH_DTYPES[recipe["dtype"]]
+    g = torch.Generator().manual_seed(recipe["seed"])
+    n = 1
+    for s in shape:
+        n *= s
+    if not dtype.is_floating_point:
+        x = torch.randint(-1000, 1000, (n,), generator=g, dtype=torch.int64)
+        return x.to(dtype).reshape(shape).to(device)
+    style = recipe["style"]
+    if style == "discrete":
+        x = torch.randint(-3, 4, (n,), generator=g).to(torch.float32)
+    elif style == "wide":
+        x = torch.randn(n, generator=g) * torch.exp2(torch.randint(-40, 40, (n,), generator=g).float())
+    else:
+        x = torch.randn(n, generator=g)
+    x = (x * 2.0 ** recipe["scale_exp"]).to(dtype)
+    if n:
+        big, normal, sub = _extremes(dtype)
+        cols = shape[-1] if len(shape) else 1
+        # row scalings first, so that a later special (max, inf, ...) lands exactly as drawn
+        order = sorted(recipe["specials"], key=lambda s: s[0] not in ("huge", "tiny"))
+        for kind, a, b, count in order:
+            at = [(a + 7919 * i) % n for i in range(count)]
+            row = (a % max(1, n // cols))
+            if kind == "zero_rows":
+                x[row * cols:(row + 1) * cols] = 0
+            elif kind == "huge":
+                x[row * cols:(row + 1) * cols] *= 2.0 ** 60
+            elif kind == "tiny":
+                x[row * cols:(row + 1) * cols] *= 2.0 ** -60
+            elif kind == "ties":
+                x[at] = x[b % n].item()
+            else:
+                value = {"max": big, "subnormal": sub * (1 + b % 5), "neg_zero": -0.0, "inf": float("inf"),
+                         "nan": float("nan")}[kind]
+                sign = -1.0 if b % 2 and kind not in ("neg_zero", "nan") else 1.0
+                x[at] = torch.tensor(sign * value, dtype=torch.float32).to(dtype)
+    return x.reshape(shape).to(device)
+
+
+def build_inputs(case: dict, device="cpu") -> dict:
+    return {name: materialize(r, tuple(case["shapes"][name]), device) for name, r in case["inputs"].items()}

@@ -1,0 +1,42 @@
+"""Building blocks the generated strategies are written in.
+
+Inputs are drawn as *recipes* (a seed, a magnitude, a value style and a list of special values placed at
+drawn positions), not as raw tensors: Hypothesis shrinks recipes well (fewer specials, smaller seeds,
+fewer rows), and a recipe prints as a line of JSON that replays the failure exactly.
+"""
+from __future__ import annotations
+
+from hypothesis import assume
+from hypothesis import strategies as st
+
+SPECIALS = ("zero_rows", "max", "subnormal", "ties", "neg_zero", "inf", "nan", "huge", "tiny")
+
+
+def rows(max_rows: int):
+    """Row counts of the dynamic dim, favouring 0, 1, small odd counts and a block tail."""
+    return st.one_of(st.sampled_from([0, 1, 2, 3, 5, 7, 17]), st.integers(0, max_rows))
+
+
+def choose(draw, name, candidates, bound, requires):
+    """Draw `name` from candidates that keep every requirement whose names are then all bound."""
+    ok = []
+    for v in dict.fromkeys(candidates):
+        trial = {**bound, name: v}
+        if all(fn(trial) for names, fn in requires if name in names and all(n in trial for n in names)):
+            ok.append(v)
+    assume(ok)
+    return draw(st.sampled_from(ok))
+
+
+@st.composite
+def tensor_recipe(draw, dtypes, specials, finite=True):
+    kinds = [k for k in specials if not (finite and k in ("inf", "nan"))]
+    special = st.tuples(st.sampled_from(kinds), st.integers(0, 1 << 16), st.integers(0, 1 << 16),
+                        st.integers(1, 8)) if kinds else st.nothing()
+    return {
+        "dtype": draw(st.sampled_from(list(dtypes))),
+        "seed": draw(st.integers(0, 2 ** 31 - 1)),
+        "scale_exp": draw(st.integers(-24, 24)),
+        "style": draw(st.sampled_from(["normal", "discrete", "wide"])),
+        "specials": [list(s) for s in draw(st.lists(special, max_size=6))],
+    }
