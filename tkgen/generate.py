@@ -67,9 +67,8 @@ def kernel_module(catalog, spec, arch, header):
         helpers |= set(plan.helpers)
     return render("kernel.py.j2", header=header, op=spec.name, arch=arch, kernels=plans, helpers=sorted(helpers),
                   target=repr(arch.target), pass_configs=repr(dict(sorted(arch.pass_configs.items()))),
-                  compile_flags=repr(list(arch.compile_flags)), tile_elems=schedule.get("tile_elems", arch.tile_elems),
-                  P="T.Parallel" if arch.loops == "parallel" else "T.grid",
-                  alloc="T.alloc_fragment" if arch.tile_memory == "fragment" else "T.alloc_local"), helpers
+                  compile_flags=repr(list(arch.compile_flags)),
+                  P="T.Parallel" if arch.loops == "parallel" else "T.grid"), helpers
 
 
 def reference_module(catalog, spec, header):
@@ -93,7 +92,7 @@ def op_module(catalog, spec, header):
     for p in spec.params.values():
         rng = f"lambda d: ({_d(p.range[0])}, {_d(p.range[1])})" if p.range else None
         params.append(dict(name=p.name, choices=repr(p.choices) if p.choices else None, range=rng,
-                           structural=p.structural, doc=p.doc))
+                           structural=p.structural, doc=p.doc, default=repr(p.default)))
     inputs = [dict(name=t.name, dtypes=repr(t.dtypes), shape=repr(t.shape_text),
                    shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)") for t in spec.inputs.values()]
     outputs = []

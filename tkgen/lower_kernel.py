@@ -95,8 +95,8 @@ class KernelPlan:
     loaders: List[tuple]              # (name, {dtype: lambda source})
     tensors: List[tuple]              # (name, shape source, dtype source)
     grid: List[tuple]                 # (block var, extent source)
-    threads: str
-    allocs: List[tuple]               # (name, shape source, dtype)
+    knobs: List[tuple]                # (name, default): schedule keyword arguments of the factory
+    allocs: List[tuple]               # (name, shape source, dtype, allocator)
     body: list
     helpers: List[str]                # codec helper names used
 
@@ -122,6 +122,7 @@ class _KernelLowering:
         """
         block = dict(self.schedule.get("block", {}))
         self.tiled, pre, checks = [], [], []
+        self.knobs = [("threads", self.schedule.get("threads", self.arch.threads))]
         for name, ax in self.spec.axes.items():
             ext = f'T.dynamic("{self.spec.dynamic_dim}")' if name == self.dyn_axis else py_expr(ax.extent)
             pre.append((f"N_{name}", ext))
@@ -143,17 +144,20 @@ class _KernelLowering:
                     continue
                 self.tiled.append(name)
                 if kind in ("dyn", "fixed"):
-                    pre.append((f"B_{name}", str(size)))
+                    self.knobs.append((f"block_{name}", size))
+                    pre.append((f"B_{name}", f"block_{name}"))
                     if kind == "fixed":
                         checks.append((f"N_{name} % B_{name} == 0", f"block size of axis {name} must divide its extent"))
                 else:
                     sized = [o for o, (k, _) in kinds.items() if k != "auto" or list(kinds).index(o) < list(kinds).index(name)]
                     others = " * ".join(f"B_{o}" for o in sized) or "1"
-                    pre.append((f"B_{name}", f"pick_block(N_{name}, max(1, TILE_ELEMS // ({others})), "
+                    pre.append((f"B_{name}", f"pick_block(N_{name}, max(1, tile_elems // ({others})), "
                                              f"{self._pack_multiple(name)})"))
         self.tiled.sort(key=list(self.spec.axes).index)
         if len(self.tiled) > 3:
             raise ValueError(f"{self.spec.name}: at most three axes can be split across blocks, not {self.tiled}")
+        if any(k == "auto" for k, _ in kinds.values()):
+            self.knobs.append(("tile_elems", self.schedule.get("tile_elems", self.arch.tile_elems)))
         return pre, checks
 
     def _view_inner_axes(self):
@@ -176,13 +180,10 @@ class _KernelLowering:
         return f"(b_{axis} * B_{axis} + i_{axis})" if axis in self.tiled else f"i_{axis}"
 
     def row_guard(self, axes):
-        if self.dyn_axis in axes and self.dyn_axis in self.tiled and self._dyn_block() != 1:
+        """Rows past the dynamic size exist in the last block (its block size is a schedule knob)."""
+        if self.dyn_axis in axes:
             return f"{self.gidx(self.dyn_axis)} < N_{self.dyn_axis}"
         return None
-
-    def _dyn_block(self):
-        b = self.schedule.get("block", {}).get(self.dyn_axis, 1)
-        return b if isinstance(b, int) else 1
 
     def tensor_index(self, tensor, axes_override=None):
         parts = []
@@ -300,12 +301,12 @@ class _KernelLowering:
                 self.store(stored[out.name], out)
         return KernelPlan(name, "", args, pre, checks, storages, loaders, tensors,
                           [(f"b_{a}", f"T.ceildiv(N_{a}, B_{a})") for a in self.tiled],
-                          str(self.schedule.get("threads", self.arch.threads)), self.allocs, self.body,
+                          self.knobs, self.allocs, self.body,
                           sorted(self.helpers))
 
     def buffer(self, value):
         self.buffers[value.name] = value.name
-        self.allocs.append((value.name, self.tile_shape(value.axes), _alloc_dtype(value.dtype)))
+        self.allocs.append((value.name, self.tile_shape(value.axes), _alloc_dtype(value.dtype), self.alloc))
 
     def _sources(self, st):
         if isinstance(st, Map):
@@ -364,15 +365,23 @@ class _KernelLowering:
         self.loop_for(v.axes).stores.append((f"{tname}[{self.tensor_index(t)}]", src))
 
     def store_packed(self, tname, t, v, fmt):
-        """Pack `per_word` consecutive exponent bytes along the tensor's last axis into one word."""
+        """Pack `per_word` consecutive exponent bytes along the tensor's last axis into one word.
+
+        The bytes are staged in shared memory: a word gathers elements that other threads computed.
+        """
         axis, w, bits = t.view[-1][-1], fmt.per_word, fmt.pack["bits"]
+        stage = f"{tname}_bytes"
+        self.allocs.append((stage, self.tile_shape(v.axes), "uint32", "T.alloc_shared"))
+        self.buffers[stage] = stage
+        self.loop_for(v.axes).assigns.append((f"{stage}[{', '.join(f'i_{a}' for a in v.axes)}]",
+                                              _exponent_byte(self.value_src(v))))
         loop = Loop([(f"i_{a}w" if a == axis else f"i_{a}", f"T.ceildiv(B_{a}, {w})" if a == axis else f"B_{a}")
                      for a in v.axes], guard=self.row_guard(v.axes))
         terms = []
         for j in range(w):
             local = f"i_{axis}w * {w} + {j}"
             glob = f"b_{axis} * B_{axis} + {local}" if axis in self.tiled else local
-            byte = _exponent_byte(self.value_src(v, {axis: local}))
+            byte = f"{stage}[{', '.join(local if a == axis else f'i_{a}' for a in v.axes)}]"
             terms.append(f"(T.if_then_else({glob} < N_{axis}, {byte}, T.uint32(0)) << T.uint32({bits * j}))")
         word = f"b_{axis} * T.ceildiv(B_{axis}, {w}) + i_{axis}w" if axis in self.tiled else f"i_{axis}w"
         index = ", ".join(word if grp[-1] == axis else self.gidx(grp[0]) for grp in t.view)
@@ -384,7 +393,7 @@ class _KernelLowering:
         rest = [a for a in src.axes if a != over]
         names = {k: f"{st.out.name}_{k}" for k in ("key", "cand", "best", "pick")}
         for k, axes in (("key", src.axes), ("cand", src.axes), ("best", rest), ("pick", rest)):
-            self.allocs.append((names[k], self.tile_shape(axes), "int32"))
+            self.allocs.append((names[k], self.tile_shape(axes), "int32", self.alloc))
         key_fn = topk_key()
         self.helpers.add(key_fn.name)
         tname = stored.get(st.out.name)

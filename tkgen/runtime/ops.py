@@ -30,6 +30,7 @@ class ParamInfo:
     range: Optional[Callable]          # dims -> (low, high)
     structural: bool
     doc: str
+    default: object = None
 
 
 @dataclass(frozen=True)
@@ -156,10 +157,24 @@ def arch_for(device: torch.device) -> str:
         return _ARCH_OF_DEVICE[device]
 
 
-def kernel_for(op: OpInfo, arch: str, variant: str, static_args: tuple, dtypes: tuple):
+def kernel_for(op: OpInfo, arch: str, variant: str, static_args: tuple, dtypes: tuple, schedule=None):
     module = importlib.import_module(f"{op.package}.kernel_{arch}")
     factory = getattr(module, f"build_{variant}")
-    return compile_kernel(module, factory, static_args + dtypes)
+    return compile_kernel(module, factory, static_args + dtypes, schedule)
+
+
+def prepare(op: OpInfo, tensors, params, arch=None, schedule=None, out=None):
+    """Everything a launch needs, resolved once: (launch(), outputs). For benchmarks and tuning."""
+    dims = check(op, tensors, params)
+    outs = tuple(out) if out is not None else allocate(op, tensors, params, dims)
+    device = tensors[op.inputs[0].name].device
+    arch = arch or arch_for(device)
+    statics = tuple(dims[a] for a in op.factory_args)
+    dtypes = tuple(_dtype_name(tensors[i.name].dtype) for i in op.inputs if len(i.dtypes) > 1)
+    kernel, storages = kernel_for(op, arch, variant_of(op, params), statics, dtypes, schedule)
+    views = storage_views(storages, [tensors[i.name] for i in op.inputs] + list(outs))
+    empty = op.dynamic_dim is not None and dims[op.dynamic_dim] == 0
+    return (lambda: None) if empty else (lambda: kernel(*views)), outs
 
 
 def storage_views(module_storages, tensors):
@@ -186,16 +201,11 @@ def run(op: OpInfo, tensors, params, arch: Optional[str] = None, out=None):
                 raise ValueError(f"{op.name}: an `out` tensor must be contiguous {w.dtype} of shape {tuple(w.shape)}")
     if op.dynamic_dim is not None and dims[op.dynamic_dim] == 0:
         return outs
+    launch, outs = prepare(op, tensors, params, arch, out=outs)
     device = tensors[op.inputs[0].name].device
-    arch = arch or arch_for(device)
-    variant = variant_of(op, params)
-    statics = tuple(dims[a] for a in op.factory_args)
-    dtypes = tuple(_dtype_name(tensors[i.name].dtype) for i in op.inputs if len(i.dtypes) > 1)
-    kernel, storages = kernel_for(op, arch, variant, statics, dtypes)
-    args = [tensors[i.name] for i in op.inputs] + list(outs)
     if device.type == "cuda":
         with torch.cuda.device(device):
-            kernel(*storage_views(storages, args))
+            launch()
     else:
-        kernel(*storage_views(storages, args))
+        launch()
     return outs

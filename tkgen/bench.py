@@ -1,0 +1,250 @@
+"""`tkgen bench` and `tkgen tune`: time generated kernels against their competitors, and tune schedules.
+
+For each operator and each workload its spec lists, in one process and alternating between them, it times
+the generated kernel, the generated reference in eager PyTorch, torch.compile of that reference, and any
+competitor adapters (TileKernels) found in the adapters file; a competitor that cannot run is skipped
+with its reason. Bytes come from the spec: every input read once, every output written once.
+
+Timing: warm-up, then `reps` timed batches of launches between device events (CUDA graphs where an
+implementation can be captured), median over batches; inputs rotate over enough copies that the whole
+working set exceeds the L2 cache. On the CPU the same loop runs with a wall clock.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+from . import registry
+from .runtime.ops import check, prepare, variant_of
+from .testing.inputs import materialize
+
+L2_BYTES = 64 << 20
+
+
+@dataclass
+class Result:
+    op: str
+    workload: str
+    impl: str
+    time_us: Optional[float]
+    bytes: int
+    gbps: Optional[float] = None
+    pct_copy: Optional[float] = None
+    note: str = ""
+    spread_us: Optional[float] = None
+    extra: Dict = field(default_factory=dict)
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_fn(fns: List[Callable], device, reps=30, batch=10, warmup_ms=25.0, graph=True):
+    """Median time (µs) of one call, cycling through `fns` (one per rotated input set).
+
+    Returns (median_us, spread_us, used_graph)."""
+    n = len(fns)
+    call = lambda i: fns[i % n]()  # noqa: E731
+    t0 = time.perf_counter()
+    i = 0
+    while (time.perf_counter() - t0) * 1e3 < warmup_ms or i < 3:
+        call(i)
+        i += 1
+        _sync(device)
+    used_graph = False
+    if device.type == "cuda":
+        runner = lambda: [call(k) for k in range(batch)]  # noqa: E731
+        if graph:
+            try:
+                g = torch.cuda.CUDAGraph()
+                s = torch.cuda.Stream(device)
+                s.wait_stream(torch.cuda.current_stream(device))
+                with torch.cuda.stream(s):
+                    runner()
+                torch.cuda.current_stream(device).wait_stream(s)
+                with torch.cuda.graph(g):
+                    runner()
+                runner = g.replay
+                used_graph = True
+            except Exception:  # not capturable (host syncs, allocations outside the pool): time launches
+                torch.cuda.synchronize(device)
+        samples = []
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            runner()
+            b.record()
+            b.synchronize()
+            samples.append(a.elapsed_time(b) * 1e3 / batch)
+    else:
+        samples = []
+        for r in range(reps):
+            a = time.perf_counter()
+            for k in range(batch):
+                call(r * batch + k)
+            samples.append((time.perf_counter() - a) * 1e6 / batch)
+    samples.sort()
+    return statistics.median(samples), samples[int(len(samples) * 0.8)] - samples[int(len(samples) * 0.2)], used_graph
+
+
+def copy_bandwidth(device, nbytes=2 << 30):
+    """Device-to-device copy, bytes read plus written per second (GB/s): the memory ceiling."""
+    if device.type == "cpu":
+        nbytes = 256 << 20
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    t, _, _ = time_fn([lambda: dst.copy_(src)], device, reps=20, batch=5, graph=False)
+    return 2 * nbytes / (t * 1e-6) / 1e9
+
+
+def _load_adapters(path):
+    if path is None or not Path(path).exists():
+        return {}
+    spec = importlib.util.spec_from_file_location("tkgen_bench_adapters", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, "ADAPTERS", {})
+
+
+def workload_inputs(pkg, workload, device, copies):
+    op = pkg.OP
+    dims = dict(workload["dims"])
+    params = {p.name: workload.get("params", {}).get(p.name, p.default) for p in op.params}
+    for p in op.params:   # a param whose value names a dim (group: H)
+        if isinstance(params[p.name], str) and params[p.name] in dims and not p.structural:
+            params[p.name] = dims[params[p.name]]
+    env = {**dims, **params}
+    sets = []
+    for c in range(copies):
+        tensors = {}
+        for info in op.inputs:
+            dtype = workload.get("dtypes", {}).get(info.name, info.dtypes[0])
+            recipe = {"dtype": dtype, "seed": 1234 + c, "scale_exp": 0, "style": "normal", "specials": []}
+            tensors[info.name] = materialize(recipe, tuple(info.shape_fn(env)), "cpu").to(device)
+        sets.append(tensors)
+    return sets, params
+
+
+def bench_op(name, device, against, adapters, reps=30, log=print, schedule=None):
+    """All results for one operator's workloads."""
+    from .model import load_catalog
+    cat = load_catalog(registry.specs_dir())
+    spec = cat.op(name)
+    pkg = registry.op_package(name)
+    ref_mod = importlib.import_module(pkg.__name__ + ".reference")
+    results = []
+    for wl in spec.workloads:
+        wl = dict(wl)
+        if device.type == "cpu":
+            wl["dims"] = {k: (min(v, 256) if k == spec.dynamic_dim else v) for k, v in wl["dims"].items()}
+        probe, params = workload_inputs(pkg, wl, torch.device("cpu") if device.type == "cpu" else device, 1)
+        dims = check(pkg.OP, probe[0], params)
+        launch, outs = prepare(pkg.OP, probe[0], params, schedule=schedule)
+        nbytes = sum(t.numel() * t.element_size() for t in probe[0].values()) + \
+            sum(o.numel() * o.element_size() for o in outs)
+        copies = max(1, min(16, -(-2 * L2_BYTES // max(nbytes, 1)))) if device.type == "cuda" else 1
+        sets, _ = workload_inputs(pkg, wl, device, copies)
+        label = wl["name"] + " " + ",".join(f"{k}={v}" for k, v in wl["dims"].items())
+        impls = {}
+        launches = [prepare(pkg.OP, s, params, schedule=schedule)[0] for s in sets]
+        impls["tkgen"] = (launches, "")
+        ref = ref_mod.VARIANTS[variant_of(pkg.OP, params)]
+        statics = [params[p.name] for p in pkg.OP.params if not p.structural]
+        args_of = lambda s: [s[i.name] for i in pkg.OP.inputs] + statics  # noqa: E731
+        if "torch" in against:
+            impls["torch"] = ([(lambda s=s: ref(*args_of(s))) for s in sets], "")
+        if "compile" in against:
+            try:
+                cref = torch.compile(ref, dynamic=False)
+                cref(*args_of(sets[0]))
+                impls["compile"] = ([(lambda s=s: cref(*args_of(s))) for s in sets], "")
+            except Exception as e:  # noqa: BLE001
+                impls["compile"] = (None, f"torch.compile failed: {type(e).__name__}: {str(e)[:120]}")
+        for comp in against:
+            if comp in ("torch", "compile", "tkgen"):
+                continue
+            adapter = adapters.get(comp, {}).get(name)
+            if adapter is None:
+                impls[comp] = (None, f"no {comp} adapter for {name}")
+                continue
+            try:
+                fn = adapter(params, dims)
+                fn(*[sets[0][i.name] for i in pkg.OP.inputs])
+                impls[comp] = ([(lambda s=s: fn(*[s[i.name] for i in pkg.OP.inputs])) for s in sets], "")
+            except Exception as e:  # noqa: BLE001
+                impls[comp] = (None, f"{comp} unavailable: {type(e).__name__}: {str(e)[:160]}")
+        for impl, (fns, note) in impls.items():
+            if fns is None:
+                log(f"  {name} [{label}] {impl}: skipped ({note})")
+                results.append(Result(name, label, impl, None, nbytes, note=note))
+                continue
+            t, spread, graph = time_fn(fns, device, reps=reps)
+            results.append(Result(name, label, impl, t, nbytes, gbps=nbytes / (t * 1e-6) / 1e9, spread_us=spread,
+                                  note="" if graph or device.type == "cpu" else "timed without CUDA graph"))
+            log(f"  {name} [{label}] {impl}: {t:.1f} µs ({results[-1].gbps:.0f} GB/s)")
+    return results
+
+
+def report(results, copy_gbps, device_name, out_dir):
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for r in results:
+        if r.gbps:
+            r.pct_copy = 100 * r.gbps / copy_gbps
+    rows = ["| op | workload | impl | time (µs) | GB/s | % of copy | tkgen ratio | note |", "|---|---|---|---|---|---|---|---|"]
+    by = {}
+    for r in results:
+        by.setdefault((r.op, r.workload), {})[r.impl] = r
+    for (op, wl), impls in by.items():
+        mine = impls.get("tkgen")
+        for impl, r in impls.items():
+            ratio = f"{mine.time_us / r.time_us:.2f}" if (mine and mine.time_us and r.time_us and impl != "tkgen") else ""
+            rows.append(f"| {op} | {wl} | {impl} | {r.time_us:.1f} | {r.gbps:.0f} | {r.pct_copy:.0f}% | {ratio} | {r.note} |"
+                        if r.time_us else f"| {op} | {wl} | {impl} | – | – | – | | {r.note} |")
+    table = "\n".join(rows)
+    meta = {"device": device_name, "copy_gbps": copy_gbps, "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%d"), "cuda": torch.version.cuda}
+    try:
+        import tilelang
+        meta["tilelang"] = tilelang.__version__
+    except ImportError:
+        pass
+    (out_dir / "bench.json").write_text(json.dumps({"meta": meta, "results": [asdict(r) for r in results]}, indent=1))
+    (out_dir / "bench.md").write_text(f"{meta}\n\ncopy bandwidth: {copy_gbps:.0f} GB/s\n\n{table}\n")
+    _plot(results, copy_gbps, out_dir / "roofline.png")
+    return table
+
+
+def _plot(results, copy_gbps, path):
+    """Bandwidth against arithmetic intensity, one mark per op and implementation, with the ceiling."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    markers = {"tkgen": "o", "tilekernels": "s", "compile": "^", "torch": "v"}
+    for r in results:
+        if not r.gbps:
+            continue
+        intensity = r.extra.get("flops", r.bytes / 4) / r.bytes   # ~1 op per element: memory-bound casts
+        ax.scatter(intensity, r.gbps, marker=markers.get(r.impl, "x"), label=f"{r.op} {r.impl}")
+    ax.axhline(copy_gbps, color="k", linestyle="--", label=f"measured copy {copy_gbps:.0f} GB/s")
+    ax.set_xscale("log")
+    ax.set_xlabel("arithmetic intensity (ops per byte, estimated)")
+    ax.set_ylabel("GB/s (bytes of inputs + outputs / time)")
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    ax.legend(uniq.values(), uniq.keys(), fontsize=6, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

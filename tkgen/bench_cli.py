@@ -1,0 +1,140 @@
+"""The `tkgen bench` and `tkgen tune` subcommands."""
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import yaml
+
+from . import registry
+
+DEFAULT_ADAPTERS = registry.REPO / "benchmarks" / "competitors.py"
+
+
+def cmd_bench(args):
+    import torch
+    from .bench import _load_adapters, bench_op, copy_bandwidth, report
+
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device here", file=sys.stderr)
+        return 2
+    ops = args.ops or sorted(registry.op_modules())
+    against = [a for a in args.against.split(",") if a]
+    adapters = _load_adapters(args.adapters)
+    print(f"measuring copy bandwidth on {device} ...", flush=True)
+    copy = copy_bandwidth(device)
+    print(f"copy: {copy:.0f} GB/s", flush=True)
+    results = []
+    for name in ops:
+        print(f"{name}:", flush=True)
+        results += bench_op(name, device, against, adapters, reps=args.reps,
+                            log=lambda m: print(m, flush=True))
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(report(results, copy, name, args.out))
+    print(f"\nwrote {args.out}/bench.json, bench.md, roofline.png")
+    return 0
+
+
+def tune_space(arch_doc: dict, knobs):
+    """Candidate schedules: the profile's `tune_space`, restricted to the factory's knobs."""
+    space = {k: v for k, v in arch_doc.get("tune_space", {}).items() if k in knobs}
+    names = sorted(space)
+    for combo in itertools.product(*(space[n] for n in names)):
+        yield dict(zip(names, combo))
+
+
+def cmd_tune(args):
+    import inspect
+    import importlib
+    import torch
+    from .bench import time_fn, workload_inputs
+    from .model import load_catalog
+    from .runtime.ops import arch_for, prepare
+    from .testing.check import compare, reference_outputs
+
+    device = torch.device(args.device)
+    cat = load_catalog(args.specs)
+    spec = cat.op(args.op)
+    pkg = registry.op_package(args.op)
+    arch = args.arch or arch_for(device)
+    arch_path = cat.archs[arch].path
+    arch_doc = yaml.safe_load(arch_path.read_text())
+    module = importlib.import_module(f"{pkg.__name__}.kernel_{arch}")
+    wl = dict(spec.workloads[0])
+    sets, params = workload_inputs(pkg, wl, device, 4 if device.type == "cuda" else 1)
+    factory = getattr(module, f"build_{'_'.join(str(params[p.name]) for p in pkg.OP.params if p.structural) or 'base'}")
+    knobs = [n for n, p in inspect.signature(factory).parameters.items() if p.kind == p.KEYWORD_ONLY]
+    refs = reference_outputs(pkg.OP, pkg, sets[0], params)
+    cands = [{}] + list(tune_space(arch_doc, knobs))
+    if device.type == "cuda":   # build every candidate in parallel worker processes first
+        from .runtime.compile import precompile
+        from .runtime.ops import _dtype_name, check
+        dims = check(pkg.OP, sets[0], params)
+        statics = tuple(dims[a] for a in pkg.OP.factory_args) + tuple(
+            _dtype_name(sets[0][i.name].dtype) for i in pkg.OP.inputs if len(i.dtypes) > 1)
+        errors = precompile([(module.__name__, factory.__name__, statics, c) for c in cands])
+        print(f"precompiled {len(cands)} candidates ({len(errors)} failed to build)", flush=True)
+    best = None
+    for cand in cands:
+        try:
+            launch, outs = prepare(pkg.OP, sets[0], params, arch=arch, schedule=cand)
+            for o in outs:
+                o.view(torch.uint8).fill_(0xFF)
+            launch()
+            for o, got, want in zip(pkg.OP.outputs, outs, refs):
+                compare(o.name, got, want, o.exact)
+        except Exception as e:  # noqa: BLE001  (a candidate that fails to build or to match is dropped)
+            print(f"  {cand}: rejected ({type(e).__name__}: {str(e).splitlines()[0][:100]})", flush=True)
+            continue
+        launches = [prepare(pkg.OP, s, params, arch=arch, schedule=cand)[0] for s in sets]
+        t, spread, _ = time_fn(launches, device, reps=args.reps)
+        print(f"  {cand or 'current'}: {t:.2f} µs (spread {spread:.2f})", flush=True)
+        if best is None or t < best[0]:
+            best = (t, cand)
+    if best is None:
+        print("no candidate passed", file=sys.stderr)
+        return 1
+    print(f"best: {best[1] or 'current schedule'} at {best[0]:.2f} µs")
+    if best[1] and not args.dry_run:
+        tuned = _as_schedule(best[1])
+        text = arch_path.read_text()
+        data = yaml.safe_load(text)
+        data.setdefault("tuned", {})[args.op] = tuned
+        marker = "\ntuned:"
+        head = text.split(marker)[0].rstrip("\n")
+        arch_path.write_text(head + "\n" + yaml.safe_dump({"tuned": data["tuned"]}, sort_keys=True,
+                                                           default_flow_style=None))
+        print(f"wrote the schedule into {arch_path}; run `tkgen generate`")
+    return 0
+
+
+def _as_schedule(cand):
+    sched, block = {}, {}
+    for k, v in cand.items():
+        if k.startswith("block_"):
+            block[k[len("block_"):]] = v
+        else:
+            sched[k] = v
+    if block:
+        sched["block"] = block
+    return sched
+
+
+def register(sub):
+    p = sub.add_parser("bench", help="time generated kernels against torch, torch.compile and competitors")
+    p.add_argument("ops", nargs="*")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    p.add_argument("--against", default="torch,compile,tilekernels")
+    p.add_argument("--out", default="bench-out")
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--adapters", default=str(DEFAULT_ADAPTERS), help="competitor adapters (a Python file)")
+    p.set_defaults(fn=cmd_bench)
+    p = sub.add_parser("tune", help="sweep the profile's schedule space; write the fastest correct one back")
+    p.add_argument("op")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    p.add_argument("--arch", default=None)
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--dry-run", action="store_true")
+    p.set_defaults(fn=cmd_tune)
