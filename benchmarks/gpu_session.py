@@ -53,7 +53,7 @@ def props():
     for op in ("per_token_cast", "topk_gate"):
         pkg = registry.op_package(op)
         strat = __import__(pkg.__name__ + ".strategies", fromlist=["cases"]).cases()
-        pool = [strat.example() for _ in range(150)]
+        pool = [strat.example() for _ in range(120)]
         precompile_cases(op, pool)
         count = {"n": 0, "fail": None}
 
@@ -113,7 +113,7 @@ def anchors():
 def tune():
     for op in ("per_token_cast", "topk_gate"):
         t = time.time()
-        r = subprocess.run([sys.executable, "-m", "tkgen.cli", "tune", op, "--device", "cuda", "--reps", "15"],
+        r = subprocess.run([sys.executable, "-m", "tkgen.cli", "tune", op, "--device", "cuda", "--reps", "10"],
                            capture_output=True, text=True)
         (OUT / f"tune_{op}.log").write_text(r.stdout + r.stderr)
         best = [l for l in r.stdout.splitlines() if l.startswith("best")]
@@ -125,7 +125,7 @@ def tune():
 
 
 def bench():
-    r = subprocess.run([sys.executable, "-m", "tkgen.cli", "bench", "--device", "cuda", "--out", str(OUT)],
+    r = subprocess.run([sys.executable, "-m", "tkgen.cli", "bench", "--device", "cuda", "--reps", "20", "--out", str(OUT)],
                        capture_output=True, text=True)
     (OUT / "bench.log").write_text(r.stdout + r.stderr)
     log(r.stdout[-6000:] if r.returncode == 0 else r.stderr[-3000:])

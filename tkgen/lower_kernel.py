@@ -121,7 +121,7 @@ class _KernelLowering:
         dynamic axis, then axes with explicit sizes, and last `auto` axes, which grow to the tile budget.
         """
         block = dict(self.schedule.get("block", {}))
-        self.tiled, pre, checks = [], [], []
+        self.tiled, pre, checks, self.padded = [], [], [], set()
         self.knobs = [("threads", self.schedule.get("threads", self.arch.threads))]
         for name, ax in self.spec.axes.items():
             ext = f'T.dynamic("{self.spec.dynamic_dim}")' if name == self.dyn_axis else py_expr(ax.extent)
@@ -140,7 +140,12 @@ class _KernelLowering:
                 if kind != rank:
                     continue
                 if kind == "whole":
-                    pre.append((f"B_{name}", f"N_{name}"))
+                    if self.arch.pad_reduced and name in self.program.whole_axes:
+                        # warp reductions want a power-of-two extent; the padding is never loaded or stored
+                        pre.append((f"B_{name}", f"pad_pow2(N_{name})"))
+                        self.padded.add(name)
+                    else:
+                        pre.append((f"B_{name}", f"N_{name}"))
                     continue
                 self.tiled.append(name)
                 if kind in ("dyn", "fixed"):
@@ -180,10 +185,11 @@ class _KernelLowering:
         return f"(b_{axis} * B_{axis} + i_{axis})" if axis in self.tiled else f"i_{axis}"
 
     def row_guard(self, axes):
-        """Rows past the dynamic size exist in the last block (its block size is a schedule knob)."""
-        if self.dyn_axis in axes:
-            return f"{self.gidx(self.dyn_axis)} < N_{self.dyn_axis}"
-        return None
+        """In-range condition of a tile element: rows past the dynamic size exist in the last block (its
+        block size is a schedule knob), and padded axes run past their extent."""
+        conds = [f"{self.gidx(self.dyn_axis)} < N_{self.dyn_axis}"] if self.dyn_axis in axes else []
+        conds += [f"i_{a} < N_{a}" for a in axes if a in self.padded]
+        return " and ".join(conds) if len(conds) < 2 else "(" + ") & (".join(conds) + ")"
 
     def tensor_index(self, tensor, axes_override=None):
         parts = []
@@ -402,11 +408,14 @@ class _KernelLowering:
         t = self.spec.outputs[tname]
         rhs = self.encode_store(t, f"{names['pick']}[{', '.join(f'i_{a}' for a in rest)}]")
         key_elem = f"{names['key']}[{', '.join(f'i_{a}' for a in src.axes)}]"
-        self.loop_for(src.axes).assigns.append((key_elem, f"{key_fn.name}({self.value_src(src)})"))
+        key = f"{key_fn.name}({self.value_src(src)})"
+        if over in self.padded:   # padding ranks below every real key, so it is never picked (k <= extent)
+            key = f"T.if_then_else(i_{over} < N_{over}, {key}, T.int32(-2147483648))"
+        self.loop_for(src.axes).assigns.append((key_elem, key))
         return TopKItem(self.loop_axes(src.axes), self.loop_axes(rest), names["key"], names["cand"], names["best"],
                         names["pick"], f"i_{over}", f"N_{over}", f"N_{new}", f"i_{new}",
                         f"{key_fn.name}({self.value_src(src)})", f"{tname}[{self.tensor_index(t)}]", rhs,
-                        self.row_guard(src.axes), src.axes.index(over))
+                        self.row_guard(rest), src.axes.index(over))
 
 
 def _exponent_byte(src):

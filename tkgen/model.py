@@ -95,6 +95,7 @@ class Arch:
     compile_flags: Tuple[str, ...]
     tuned: dict
     path: Path
+    pad_reduced: bool = False
 
 
 @dataclass
@@ -213,7 +214,7 @@ def build_arch(doc: Document) -> Arch:
     return Arch(d["arch"], d["doc"], d["backend"], cap, d["target"], d["tile_memory"], d["loops"], d["threads"],
                 d.get("vector_bytes", 16), d.get("tile_elems", 4096), tuple(d["native_formats"]),
                 dict(d.get("pass_configs", {})), tuple(d.get("compile_flags", [])), dict(d.get("tuned", {})),
-                doc.path)
+                doc.path, d.get("pad_reduced", False))
 
 
 def build_op(doc: Document, elements, scales, arch_names) -> OpSpec:

@@ -11,3 +11,8 @@ def pick_block(extent: int, cap: int, multiple: int = 1) -> int:
         if extent % b == 0:
             best = b
     return best if best is not None else extent
+
+
+def pad_pow2(extent: int) -> int:
+    """The next power of two at or above `extent` (tile extent of a padded reduced axis)."""
+    return 1 << max(0, (extent - 1).bit_length())

@@ -1,18 +1,18 @@
 """The primitive operations that generated PyTorch references are printed in terms of.
 
 Unsigned 32-bit values are int64 tensors holding [0, 2^32); float32 constants are 0-d float32 tensors so
-that every operation runs in float32, as the kernels do.
+that every operation runs in float32, as the kernels do (a Python scalar would not: `448.0 / t` is
+computed as `t.reciprocal() * 448.0`). Generated references run under `with torch.device(...)`, so these
+constants are made on the inputs' device.
 """
-import functools
-
 import torch
 
 __all__ = ["torch", "_f32", "_t", "_bits", "_from_bits", "_wrap_i32", "_absmax", "_exponent_byte",
            "_pack_words", "_codes_as"]
 
 
-@functools.lru_cache(maxsize=None)
 def _f32(value: float) -> torch.Tensor:
+    """A float32 constant as a 0-d tensor on the default device (references run under `torch.device`)."""
     return torch.tensor(value, dtype=torch.float32)
 
 
