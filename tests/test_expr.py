@@ -1,0 +1,43 @@
+import pytest
+
+from tkgen import expr as E
+
+
+def test_precedence_and_evaluation():
+    assert E.evaluate(E.parse("1 + 2 * 3 - 4 // 3"), {}) == 6
+    assert E.evaluate(E.parse("H / group"), {"H": 7168, "group": 128}) == 56
+    assert E.evaluate(E.parse("ceildiv(H / g, 4)"), {"H": 96, "g": 32}) == 1
+    assert E.evaluate(E.parse("H % group == 0 and H > 0"), {"H": 64, "group": 32}) is True
+    assert E.evaluate(E.parse("-(2 - 5)"), {}) == 3
+
+
+def test_exact_division_is_checked():
+    with pytest.raises(ValueError, match="not a whole number"):
+        E.evaluate(E.parse("H / g"), {"H": 100, "g": 32})
+
+
+def test_statement_targets():
+    st = E.parse_statement("sf, inv = scale_from_amax(scale, amax, fmt)")
+    assert st.targets == ("sf", "inv")
+    assert isinstance(st.value, E.Call) and st.value.fn == "scale_from_amax"
+    assert E.names(st.value) == {"scale", "amax", "fmt"}
+
+
+@pytest.mark.parametrize("text, col", [("a + ", 4), ("a $ b", 2), ("f(a,", 4), ("(a", 2)])
+def test_errors_carry_the_column(text, col):
+    with pytest.raises(E.ExprError) as info:
+        E.parse(text)
+    assert info.value.col == col
+
+
+def test_unknown_names_and_functions_are_rejected():
+    with pytest.raises(E.ExprError, match="unknown name"):
+        E.evaluate(E.parse("x + 1"), {})
+    with pytest.raises(E.ExprError, match="unknown function"):
+        E.evaluate(E.parse("__import__('os')"), {})
+
+
+def test_no_python_syntax_leaks_through():
+    for text in ("a.b", "a[0]", "lambda: 1", "a if b else c", "x = 1"):
+        with pytest.raises(E.ExprError):
+            E.parse(text)

@@ -1,0 +1,82 @@
+"""A bad spec names its file, line and column, the field path, and what was expected."""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tkgen import registry
+from tkgen.loader import SpecError
+from tkgen.model import validate_files
+
+GOOD = (registry.specs_dir() / "quant" / "per_token_cast.yaml").read_text()
+
+
+def _check(tmp_path, text):
+    p = tmp_path / "op.yaml"
+    p.write_text(text)
+    errors = validate_files([p], registry.specs_dir())
+    assert len(errors) == 1, errors
+    return errors[0]
+
+
+def test_the_shipped_specs_are_valid():
+    paths = sorted(registry.specs_dir().rglob("*.yaml"))
+    assert validate_files(paths, registry.specs_dir()) == []
+
+
+def test_schema_error_points_at_the_field(tmp_path):
+    e = _check(tmp_path, GOOD.replace("dtypes: [bf16, fp32]", "dtypes: 7"))
+    line = next(i for i, l in enumerate(GOOD.splitlines(), 1) if "dtypes: [bf16, fp32]" in l)
+    assert e.line == line and e.field_path[:3] == ("inputs", "x", "dtypes")
+    assert "expected" in e.message and str(e).startswith(str(tmp_path / "op.yaml"))
+
+
+def test_unknown_field(tmp_path):
+    e = _check(tmp_path, GOOD.replace("family: quant", "family: quant\ncolour: blue"))
+    assert "unknown field" in e.message and "colour" in e.message
+
+
+def test_bad_expression_column(tmp_path):
+    e = _check(tmp_path, GOOD.replace("g: H / group", "g: H / / group"))
+    assert e.field_path == ("axes", "g") and e.col > 1 and "unexpected" in e.message
+
+
+def test_unknown_name_in_shape(tmp_path):
+    e = _check(tmp_path, GOOD.replace("shape: [T, H / group]", "shape: [T, H / grp]"))
+    assert e.field_path == ("outputs", "sf", "shape", 1) and "grp" in e.message
+
+
+def test_unknown_format(tmp_path):
+    e = _check(tmp_path, GOOD.replace("one_of: [e4m3]", "one_of: [e4m3, e9m9]"))
+    assert "e9m9" in e.message and e.field_path[:2] == ("outputs", "q")
+
+
+def test_stage_errors_point_at_the_stage(tmp_path):
+    e = _check(tmp_path, GOOD.replace("amax = max(absmax(xf, c), 1e-4)", "amax = max(absmax(xf, z), 1e-4)"))
+    assert e.field_path == ("compute", 1) and "axis" in e.message
+    e = _check(tmp_path, GOOD.replace("q = xf * inv", "q = xf * nope"))
+    assert e.field_path == ("compute", 3) and "nope" in e.message
+    e = _check(tmp_path, GOOD.replace("q = xf * inv", "q = system(xf)"))
+    assert "unknown function" in e.message
+
+
+def test_output_axes_must_match_the_view(tmp_path):
+    e = _check(tmp_path, GOOD.replace("q = xf * inv", "q = inv"))
+    assert "varies over" in e.message
+
+
+def test_duplicate_key(tmp_path):
+    e = _check(tmp_path, GOOD.replace("family: quant", "family: quant\nfamily: moe"))
+    assert "duplicate" in e.message
+
+
+def test_cli_validate_exit_code(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text(GOOD.replace("view: [t, g]", "view: [t, q]"))
+    r = subprocess.run([sys.executable, "-m", "tkgen.cli", "validate", str(p)], capture_output=True, text=True)
+    assert r.returncode == 1 and f"{p}:" in r.stderr and "unknown axis" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "tkgen.cli", "validate", str(registry.specs_dir())],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
