@@ -102,7 +102,7 @@ def cmd_generate(args):
 
 
 def cmd_fuzz(args):
-    from hypothesis import HealthCheck, given, settings
+    from hypothesis import HealthCheck, given, seed, settings
     from .testing import check as C
 
     registry.use_generated(args.generated)
@@ -125,8 +125,9 @@ def cmd_fuzz(args):
     state = {"n": 0, "last_fail": None, "t0": time.time(), "shown": 0.0}
     tty = sys.stdout.isatty()
 
-    @settings(max_examples=args.examples, deadline=None, database=None, derandomize=args.seed is not None,
+    @settings(max_examples=args.examples, deadline=None, database=None,
               suppress_health_check=list(HealthCheck), print_blob=False)
+    @seed(args.seed if args.seed is not None else int(time.time() * 1000) % (1 << 32))
     @given(strategies.cases())
     def prop(case):
         state["n"] += 1
@@ -146,6 +147,9 @@ def cmd_fuzz(args):
     except Exception as e:
         print()
         case = state["last_fail"]
+        if case is None:   # the failure is not a case's: the strategy or the harness itself broke
+            print(f"FAILED before any case ran: {type(e).__name__}: {e}")
+            return 1
         print(f"FAILED after {state['n']} examples. Shrunk counterexample:\n{json.dumps(case, indent=1)}")
         print(f"\n{e}\n\nreplay with:\n  {C.replay_command(args.op, case, args.device)}")
         return 1
@@ -172,7 +176,7 @@ def main(argv=None):
     p.add_argument("op")
     p.add_argument("--examples", type=int, default=100)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--seed", type=int, default=None, help="derandomize the search")
+    p.add_argument("--seed", type=int, default=None, help="seed of the search (the same seed draws the same cases)")
     p.add_argument("--replay", help="a case printed by an earlier failure (JSON)")
     p.add_argument("--generated", default=None, help="generated directory (default: the repository's)")
     p.set_defaults(fn=cmd_fuzz)

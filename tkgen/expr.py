@@ -136,8 +136,9 @@ class _Parser:
             if prec is None or prec <= min_prec:
                 return lhs
             self.take()
-            # comparisons do not chain; everything else is left-associative
-            rhs = self.expr(prec if prec != 4 else 4)
+            rhs = self.expr(prec)
+            if prec == 4 and isinstance(lhs, Binary) and _BINARY_PRECEDENCE.get(lhs.op) == 4:
+                raise ExprError("comparisons do not chain; use `and`", self.text, col)
             lhs = Binary(tok, lhs, rhs, col)
 
     def prefix(self) -> Node:

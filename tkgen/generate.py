@@ -84,7 +84,7 @@ def reference_module(catalog, spec, header):
 
 
 def _d(node):
-    return py_expr(node, rename=lambda n: f'd["{n}"]')
+    return py_expr(node, rename=lambda n: f'd["{n}"]', tl=False)
 
 
 def op_module(catalog, spec, header):

@@ -26,8 +26,11 @@ def sym(name: str) -> str:
     return name + "_" if name in RESERVED_IDENTIFIERS else name
 
 
-def py_expr(node: E.Node, rename=sym) -> str:
-    """Print a constant spec expression (shapes, extents) as Python over the factory's arguments."""
+def py_expr(node: E.Node, rename=sym, tl=True) -> str:
+    """Print a constant spec expression (shapes, extents) as Python over the factory's arguments.
+
+    `tl`: the code runs where TileLang is imported as T (kernel factories), so ceildiv of a dynamic
+    size stays symbolic; elsewhere (op checks, strategies) it is plain integer Python."""
     if isinstance(node, E.Num):
         return repr(node.value)
     if isinstance(node, E.Str):
@@ -35,14 +38,20 @@ def py_expr(node: E.Node, rename=sym) -> str:
     if isinstance(node, E.Name):
         return rename(node.id)
     if isinstance(node, E.Unary):
-        return f"(-{py_expr(node.arg, rename)})" if node.op == "-" else f"(not {py_expr(node.arg, rename)})"
+        inner = py_expr(node.arg, rename, tl)
+        return f"(-{inner})" if node.op == "-" else f"(not {inner})"
     if isinstance(node, E.Binary):
-        o = "//" if node.op == "/" else node.op
-        return f"({py_expr(node.lhs, rename)} {o} {py_expr(node.rhs, rename)})"
+        o = "//" if node.op == "/" else node.op    # exact: the model checks divisibility where it matters
+        return f"({py_expr(node.lhs, rename, tl)} {o} {py_expr(node.rhs, rename, tl)})"
     if isinstance(node, E.Call):
-        args = ", ".join(py_expr(a, rename) for a in node.args)
-        return {"ceildiv": f"T.ceildiv({args})", "min": f"min({args})", "max": f"max({args})"}.get(
-            node.fn, f"{node.fn}({args})")
+        args = [py_expr(a, rename, tl) for a in node.args]
+        if node.fn == "ceildiv":
+            return f"T.ceildiv({args[0]}, {args[1]})" if tl else f"(-(-{args[0]} // {args[1]}))"
+        if node.fn == "align":
+            return f"(-(-{args[0]} // {args[1]}) * {args[1]})"
+        if node.fn in ("min", "max"):
+            return f"{node.fn}({', '.join(args)})"
+        raise ValueError(f"function {node.fn!r} is not available in shapes and sizes")
     raise TypeError(node)
 
 
@@ -297,8 +306,9 @@ class _KernelLowering:
                     self.buffer(out)
                     self.loop_for(out.axes).assigns.append((self.elem(out), self.printer(st.expr)))
             elif isinstance(st, Reduce):
+                src = self.reduce_source(st)
                 self.buffer(out)
-                self.add_item(ReduceItem(f"T.reduce_{st.kind}", self.buffers[st.src.name], out.name,
+                self.add_item(ReduceItem(f"T.reduce_{st.kind}", src, self.buffers[out.name],
                                          st.src.axes.index(st.axis)))
             elif isinstance(st, TopK):
                 self.add_item(self.topk(st, stored))
@@ -311,8 +321,29 @@ class _KernelLowering:
                           sorted(self.helpers))
 
     def buffer(self, value):
-        self.buffers[value.name] = value.name
-        self.allocs.append((value.name, self.tile_shape(value.axes), _alloc_dtype(value.dtype), self.alloc))
+        """A tile buffer for a value; never named like a kernel argument (an output keeps its name)."""
+        name = value.name + "_tile" if value.name in self.spec.tensors else value.name
+        self.buffers[value.name] = name
+        self.allocs.append((name, self.tile_shape(value.axes), _alloc_dtype(value.dtype), self.alloc))
+
+    def reduce_source(self, st):
+        """The buffer a reduction reads. Over a padded axis, padding must hold the reduction's neutral
+        value: loads fill padding with 0, which serves absmax and sum of loaded values; anything else
+        is reduced from a masked copy."""
+        src = self.buffers[st.src.name]
+        if st.axis not in self.padded:
+            return src
+        if st.kind in ("absmax", "sum") and any(isinstance(x, Load) and x.out.name == st.src.name
+                                                for x in self.program.steps):
+            return src
+        neutral = {"absmax": "T.float32(0.0)", "sum": "T.float32(0.0)", "max": "T.float32(-T.infinity('float32'))",
+                   "min": "T.infinity('float32')"}[st.kind]
+        masked = f"{src}_masked"
+        self.allocs.append((masked, self.tile_shape(st.src.axes), "float32", self.alloc))
+        idx = ", ".join(f"i_{a}" for a in st.src.axes)
+        self.add_item(Loop(self.loop_axes(st.src.axes),
+                           assigns=[(f"{masked}[{idx}]", f"T.if_then_else(i_{st.axis} < N_{st.axis}, {src}[{idx}], {neutral})")]))
+        return masked
 
     def _sources(self, st):
         if isinstance(st, Map):
@@ -436,12 +467,15 @@ def _vars(e):
 def topk_key() -> ir.Function:
     """float32 -> int32 key whose integer order is the order of a stable descending sort on floats.
 
-    -0.0 becomes +0.0 (they tie) and every NaN becomes one canonical NaN that ranks above +inf.
+    -0.0 becomes +0.0 (they tie) and every NaN becomes one canonical NaN that ranks above +inf. The tests
+    are on the bits: compilers may fold a float `x != x` to false.
     """
     b = ir.Builder()
     x = ir.Var("x", ir.F32)
-    canon = ir.op("select", ir.op("eq", x, ir.c(0.0)), ir.c(0.0),
-                  ir.op("select", ir.op("ne", x, x), ir.op("from_bits", ir.u32(0x7FC00000)), x))
-    s = b.let("s", ir.op("u32_to_i32", ir.op("bits", canon)))
+    u = b.let("u", ir.op("bits", x))
+    a = ir.op("bitand", u, ir.u32(0x7FFFFFFF))
+    canon = ir.op("select", ir.op("gt", a, ir.u32(0x7F800000)), ir.u32(0x7FC00000),
+                  ir.op("select", ir.op("eq", a, ir.u32(0)), ir.u32(0), u))
+    s = b.let("s", ir.op("u32_to_i32", canon))
     key = ir.op("select", ir.op("lt", s, ir.Const(0, ir.I32)), ir.op("bitxor", s, ir.Const(0x7FFFFFFF, ir.I32)), s)
     return ir.Function("order_key", (x,), tuple(b.lets), key, "float32 -> int32 key ordered like a stable sort")

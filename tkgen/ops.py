@@ -1,4 +1,4 @@
-"""Every generated operator, by name: `tkgen.ops.per_token_cast(...)`.
+"""Every generated operator, by name: `tkgen.ops.<op>(...)`.
 
 Attributes resolve lazily to the public function of `generated/<family>/<op>/op.py`; importing an op
 registers its `torch.ops.tkgen.<op>` custom op.

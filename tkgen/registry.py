@@ -24,9 +24,13 @@ def generated_dir() -> Path:
 
 
 def use_generated(path=None):
-    """Map the package `tkgen_generated` onto a directory (dropping modules imported from another)."""
-    path = Path(path or generated_dir()).resolve()
+    """Map the package `tkgen_generated` onto a directory (dropping modules imported from another).
+
+    Without a path, keep the current mapping, or map the default directory."""
     current = sys.modules.get(PACKAGE)
+    if path is None and current is not None:
+        return current
+    path = Path(path or generated_dir()).resolve()
     if current is not None and Path(current.__path__[0]) == path:
         return current
     for name in [m for m in sys.modules if m == PACKAGE or m.startswith(PACKAGE + ".")]:

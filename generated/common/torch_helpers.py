@@ -46,5 +46,6 @@ def decode_e4m3(code):
 
 def order_key(x):
     """float32 -> int32 key ordered like a stable sort"""
-    s = _wrap_i32(_bits(torch.where((x == _f32(0.0)), _f32(0.0), torch.where((x != x), _from_bits(0x7fc00000), x))))
+    u = _bits(x)
+    s = _wrap_i32(torch.where(((u & 0x7fffffff) > 0x7f800000), 0x7fc00000, torch.where(((u & 0x7fffffff) == 0), 0, u)))
     return torch.where((s < 0), (s ^ 0x7fffffff), s)

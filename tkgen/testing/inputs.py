@@ -40,7 +40,9 @@ def materialize(recipe: dict, shape, device="cpu") -> torch.Tensor:
             if kind == "zero_rows":
                 x[row * cols:(row + 1) * cols] = 0
             elif kind == "huge":
-                x[row * cols:(row + 1) * cols] *= 2.0 ** 60
+                # scaled up but kept finite: inf and NaN are drawn only where a spec asks for them
+                r = x[row * cols:(row + 1) * cols].float() * 2.0 ** 60
+                x[row * cols:(row + 1) * cols] = r.clamp(-big, big).to(dtype)
             elif kind == "tiny":
                 x[row * cols:(row + 1) * cols] *= 2.0 ** -60
             elif kind == "ties":
@@ -48,7 +50,7 @@ def materialize(recipe: dict, shape, device="cpu") -> torch.Tensor:
             else:
                 value = {"max": big, "subnormal": sub * (1 + b % 5), "neg_zero": -0.0, "inf": float("inf"),
                          "nan": float("nan")}[kind]
-                sign = -1.0 if b % 2 and kind not in ("neg_zero", "nan") else 1.0
+                sign = -1.0 if b % 2 and kind != "neg_zero" else 1.0   # NaNs come with either sign
                 x[at] = torch.tensor(sign * value, dtype=torch.float32).to(dtype)
     return x.reshape(shape).to(device)
 

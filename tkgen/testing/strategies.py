@@ -32,11 +32,12 @@ def choose(draw, name, candidates, bound, requires):
 def tensor_recipe(draw, dtypes, specials, finite=True):
     kinds = [k for k in specials if not (finite and k in ("inf", "nan"))]
     special = st.tuples(st.sampled_from(kinds), st.integers(0, 1 << 16), st.integers(0, 1 << 16),
-                        st.integers(1, 8)) if kinds else st.nothing()
+                        st.integers(1, 8))
+    specials_list = st.lists(special, max_size=6) if kinds else st.just([])
     return {
         "dtype": draw(st.sampled_from(list(dtypes))),
         "seed": draw(st.integers(0, 2 ** 31 - 1)),
         "scale_exp": draw(st.integers(-24, 24)),
         "style": draw(st.sampled_from(["normal", "discrete", "wide"])),
-        "specials": [list(s) for s in draw(st.lists(special, max_size=6))],
+        "specials": [list(s) for s in draw(specials_list)],
     }

@@ -1,0 +1,25 @@
+import json
+import subprocess
+import sys
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "tkgen.cli", *args], capture_output=True, text=True)
+
+
+def test_list_and_show():
+    r = run("list")
+    assert r.returncode == 0 and "per_token_cast" in r.stdout and "topk_gate" in r.stdout
+    r = run("show", "per_token_cast")
+    assert r.returncode == 0 and "compute:" in r.stdout and "kernel_sm90.py" in r.stdout
+
+
+def test_fuzz_runs_and_replays():
+    r = run("fuzz", "topk_gate", "--examples", "5", "--seed", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "kernel and reference agree" in r.stdout
+    case = {"dims": {"T": 3, "E": 8}, "params": {"k": 2}, "shapes": {"scores": [3, 8]},
+            "inputs": {"scores": {"dtype": "fp32", "seed": 5, "scale_exp": 0, "style": "discrete",
+                                  "specials": [["ties", 1, 2, 3]]}}}
+    r = run("fuzz", "topk_gate", "--replay", json.dumps(case))
+    assert r.returncode == 0 and "passes" in r.stdout

@@ -1,0 +1,67 @@
+"""Bad tensors and params raise before any launch, naming the argument and the rule."""
+import pytest
+import torch
+
+import tkgen.ops as ops
+
+
+def test_per_token_cast_dtype():
+    with pytest.raises(TypeError, match=r"`x` must have dtype torch.bfloat16 or torch.float32, got torch.float16"):
+        ops.per_token_cast(torch.zeros(4, 128, dtype=torch.float16))
+
+
+def test_per_token_cast_not_a_tensor():
+    with pytest.raises(TypeError, match="`x` must be a torch.Tensor"):
+        ops.per_token_cast([[1.0] * 128])
+
+
+def test_per_token_cast_rank():
+    with pytest.raises(ValueError, match="`x` must have rank 2"):
+        ops.per_token_cast(torch.zeros(4, 2, 64, dtype=torch.bfloat16))
+
+
+def test_per_token_cast_contiguity():
+    x = torch.zeros(256, 4, dtype=torch.bfloat16).t()
+    with pytest.raises(ValueError, match="`x` must be contiguous"):
+        ops.per_token_cast(x)
+
+
+def test_per_token_cast_group_rule():
+    x = torch.zeros(4, 96, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"requirement `H % group == 0`"):
+        ops.per_token_cast(x, group=64)
+    with pytest.raises(ValueError, match=r"`group` must be one of 32, 64, 128, H \(= 96 here\); got 100"):
+        ops.per_token_cast(x, group=100)
+
+
+def test_per_token_cast_format_and_scale_names():
+    x = torch.zeros(4, 128, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="`fmt` must be one of 'e4m3'"):
+        ops.per_token_cast(x, fmt="e5m2")
+    with pytest.raises(ValueError, match="`scale` must be one of"):
+        ops.per_token_cast(x, scale="fp16")
+
+
+def test_topk_gate_k_range_and_dtype():
+    s = torch.zeros(3, 16)
+    with pytest.raises(ValueError, match=r"`k` must be an integer in \[1, 16\]; got 17"):
+        ops.topk_gate(s, 17)
+    with pytest.raises(ValueError, match=r"`k` must be an integer in \[1, 16\]; got 0"):
+        ops.topk_gate(s, 0)
+    with pytest.raises(TypeError, match="`scores` must have dtype torch.float32"):
+        ops.topk_gate(s.double(), 2)
+
+
+def test_topk_gate_size_bound():
+    with pytest.raises(ValueError, match="size E must be between 1 and 512, got 513"):
+        ops.topk_gate(torch.zeros(2, 513), 2)
+
+
+def test_unsupported_device():
+    with pytest.raises(ValueError, match="expected a cpu or cuda tensor"):
+        ops.topk_gate(torch.zeros(2, 8, device="meta"), 2)
+
+
+def test_unknown_op():
+    with pytest.raises(AttributeError, match="no operator 'nope'"):
+        ops.nope
