@@ -252,10 +252,7 @@ def build_op(doc: Document, elements, scales, arch_names) -> OpSpec:
         raise doc.error(("dims",), "at most one dim can be dynamic (the rows that one kernel serves)")
     known_sizes = set(dims) | set(params)
     for pname, p in params.items():
-        # a one_of may name a dim (group: [32, H]); a range may use dims
-        for i, v in enumerate(p.choices or ()):
-            if isinstance(v, str) and v in dims and not p.structural:
-                pass
+        # a one_of may name a dim (group: [32, H]); a range may use dims and params
         if p.range:
             for i, node in enumerate(p.range):
                 _check_names(doc, ("params", pname, "range", i), node, known_sizes, "a range")
