@@ -48,11 +48,12 @@ Expr = Union[Const, Var, Op, Call]
 # op name -> (argument dtypes or None for 'all equal', result dtype or None for 'same as args')
 ARITH = {"add", "sub", "mul", "div", "max", "min"}
 COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
+PREDICATES = {"isnan"}
 LOGIC = {"and", "or", "not"}
 INT_ONLY = {"shl", "shr", "bitand", "bitor", "bitxor"}
 MATH = {"exp", "log", "sqrt", "rsqrt", "neg"}
 CASTS = {"bits", "from_bits", "to_i32", "to_u32", "to_f32", "u32_to_i32", "i32_to_u32"}
-ALL_OPS = ARITH | COMPARE | LOGIC | INT_ONLY | MATH | CASTS | {"select"}
+ALL_OPS = ARITH | COMPARE | PREDICATES | LOGIC | INT_ONLY | MATH | CASTS | {"select"}
 
 
 def c(value, dtype=F32) -> Const:
@@ -76,6 +77,10 @@ def op(name: str, *args: Expr) -> Op:
         return Op(name, args, _same(args, name))
     if name in COMPARE:
         _same(args, name)
+        return Op(name, args, BOOL)
+    if name in PREDICATES:
+        if args[0].dtype != F32:
+            raise TypeError(f"{name}: operand must be f32")
         return Op(name, args, BOOL)
     if name in LOGIC:
         if any(a.dtype != BOOL for a in args):

@@ -53,6 +53,8 @@ class TileLangPrinter:
             return f"(-{a[0]})"
         if o == "not":
             return f"T.Not({a[0]})"
+        if o == "isnan":
+            return f"T.isnan({a[0]})"
         if o == "select":
             return f"T.Select({a[0]}, {a[1]}, {a[2]})"
         if o in ("exp", "log", "sqrt", "rsqrt"):
@@ -101,6 +103,8 @@ class TorchPrinter:
             return f"(-{a[0]})"
         if o == "not":
             return f"(~{a[0]})"
+        if o == "isnan":
+            return f"torch.isnan({a[0]})"
         if o == "select":
             return f"torch.where({a[0]}, {a[1]}, {a[2]})"
         if o in ("exp", "log", "sqrt", "rsqrt"):

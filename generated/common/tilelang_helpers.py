@@ -46,6 +46,5 @@ def decode_e4m3(code):
 
 def order_key(x):
     """float32 -> int32 key ordered like a stable sort"""
-    u = T.reinterpret(x, "uint32")
-    s = T.reinterpret(T.Select(((u & T.uint32(0x7fffffff)) > T.uint32(0x7f800000)), T.uint32(0x7fc00000), T.Select(((u & T.uint32(0x7fffffff)) == T.uint32(0)), T.uint32(0), u)), "int32")
+    s = T.reinterpret(T.reinterpret(T.Select(T.isnan(x), T.reinterpret(T.uint32(0x7fc00000), "float32"), T.Select((x == T.float32(0.0)), T.float32(0.0), x)), "uint32"), "int32")
     return T.Select((s < T.int32(0)), (s ^ T.int32(2147483647)), s)

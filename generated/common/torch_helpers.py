@@ -46,6 +46,5 @@ def decode_e4m3(code):
 
 def order_key(x):
     """float32 -> int32 key ordered like a stable sort"""
-    u = _bits(x)
-    s = _wrap_i32(torch.where(((u & 0x7fffffff) > 0x7f800000), 0x7fc00000, torch.where(((u & 0x7fffffff) == 0), 0, u)))
+    s = _wrap_i32(_bits(torch.where(torch.isnan(x), _from_bits(0x7fc00000), torch.where((x == _f32(0.0)), _f32(0.0), x))))
     return torch.where((s < 0), (s ^ 0x7fffffff), s)

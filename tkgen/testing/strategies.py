@@ -17,6 +17,15 @@ def rows(max_rows: int):
     return st.one_of(st.sampled_from([0, 1, 2, 3, 5, 7, 17]), st.integers(0, max_rows))
 
 
+def edges(lo: int, hi: int):
+    """Values of an integer range param worth a kernel each: both ends, their neighbours, powers of two
+    and one odd value inside. Every value is a separate compiled kernel, so the draw favours boundaries
+    over a uniform sweep."""
+    vals = {lo, lo + 1, hi - 1, hi, (lo + hi) // 2 | 1}
+    vals |= {1 << i for i in range(12) if lo <= 1 << i <= hi}
+    return sorted(v for v in vals if lo <= v <= hi)
+
+
 def choose(draw, name, candidates, bound, requires):
     """Draw `name` from candidates that keep every requirement whose names are then all bound."""
     ok = []

@@ -7,7 +7,7 @@ recipe into tensors, so any case can be printed, stored and replayed.
 """
 from hypothesis import strategies as st
 
-from tkgen.testing.strategies import choose, rows, tensor_recipe
+from tkgen.testing.strategies import choose, edges, rows, tensor_recipe
 
 REQUIRES = (
     (('H', 'group'), lambda d: ((d["H"] % d["group"]) == 0)),
