@@ -4,7 +4,6 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 from tkgen import registry
 from tkgen.generate import render_all

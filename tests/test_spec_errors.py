@@ -1,13 +1,9 @@
 """A bad spec names its file, line and column, the field path, and what was expected."""
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
-import pytest
 
 from tkgen import registry
-from tkgen.loader import SpecError
 from tkgen.model import validate_files
 
 GOOD = (registry.specs_dir() / "quant" / "per_token_cast.yaml").read_text()

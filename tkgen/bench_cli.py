@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import itertools
 import sys
-from pathlib import Path
 
 import yaml
 

@@ -18,8 +18,7 @@ from typing import Dict
 import jinja2
 
 from . import formats as F
-from . import ir
-from .lower_kernel import _KernelLowering, py_expr, sym, topk_key
+from .lower_kernel import _KernelLowering, py_expr, topk_key
 from .lower_reference import lower_reference
 from .printers import TileLangPrinter, TorchPrinter, function_lines
 from .stages import build_program

@@ -212,9 +212,6 @@ class _KernelLowering:
     def loop_axes(self, axes):
         return [(f"i_{a}", f"B_{a}") for a in axes]
 
-    def elem(self, value):
-        return f"{self.buffers[value.name]}[{', '.join(f'i_{a}' for a in value.axes)}]"
-
     # -- storage ------------------------------------------------------------------------------------
     def storage(self, dtype_name):
         """TileLang dtype of a tensor of this element format or integer type on this target."""

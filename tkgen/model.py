@@ -169,17 +169,6 @@ class Catalog:
         table = self.elements if kind == "element" else self.scales
         return table[name]
 
-    def arch_for_capability(self, major: int, minor: int) -> Arch:
-        cands = [a for a in self.archs.values() if a.backend == "cuda" and a.capability]
-        exact = [a for a in cands if tuple(a.capability) == (major, minor)]
-        if exact:
-            return exact[0]
-        same_major = [a for a in cands if a.capability[0] == major]
-        if same_major:
-            return same_major[0]
-        raise RuntimeError(f"no architecture profile for compute capability {major}.{minor}; "
-                           f"add one under specs/archs/ (known: {', '.join(sorted(self.archs))})")
-
 
 def _parse(doc: Document, path, text):
     try:

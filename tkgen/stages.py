@@ -17,7 +17,7 @@ from typing import Dict, List, Tuple
 from . import expr as E
 from . import formats as F
 from . import ir
-from .ir import BOOL, F32, I32, op
+from .ir import F32, I32, op
 
 REDUCTIONS = {"absmax": "absmax", "amax": "max", "amin": "min", "sum": "sum"}
 STRUCTURAL = {"load", "topk", "scale_from_amax", *REDUCTIONS}
