@@ -147,7 +147,7 @@ def bench_op(name, device, against, adapters, reps=30, log=print, schedule=None)
             wl["dims"] = {k: (min(v, 256) if k == spec.dynamic_dim else v) for k, v in wl["dims"].items()}
         probe, params = workload_inputs(pkg, wl, torch.device("cpu") if device.type == "cpu" else device, 1)
         dims = check(pkg.OP, probe[0], params)
-        launch, outs = prepare(pkg.OP, probe[0], params, schedule=schedule)
+        launch, outs = prepare(pkg.OP, probe[0], params, schedule=schedule, dims=dims)
         nbytes = sum(t.numel() * t.element_size() for t in probe[0].values()) + \
             sum(o.numel() * o.element_size() for o in outs)
         copies = max(1, min(16, -(-2 * L2_BYTES // max(nbytes, 1)))) if device.type == "cuda" else 1

@@ -163,9 +163,11 @@ def kernel_for(op: OpInfo, arch: str, variant: str, static_args: tuple, dtypes: 
     return compile_kernel(module, factory, static_args + dtypes, schedule)
 
 
-def prepare(op: OpInfo, tensors, params, arch=None, schedule=None, out=None):
-    """Everything a launch needs, resolved once: (launch(), outputs). For benchmarks and tuning."""
-    dims = check(op, tensors, params)
+def prepare(op: OpInfo, tensors, params, arch=None, schedule=None, out=None, dims=None):
+    """Everything a launch needs, resolved once: (launch(), outputs). For benchmarks and tuning.
+
+    `dims`: the result of `check` when the caller has already checked the arguments."""
+    dims = dims if dims is not None else check(op, tensors, params)
     outs = tuple(out) if out is not None else allocate(op, tensors, params, dims)
     device = tensors[op.inputs[0].name].device
     arch = arch or arch_for(device)
@@ -195,13 +197,13 @@ def run(op: OpInfo, tensors, params, arch: Optional[str] = None, out=None):
         outs = allocate(op, tensors, params, dims)
     else:
         outs = tuple(out)
-        want = allocate(op, {k: v.to("meta") for k, v in tensors.items()}, params, dims)
+        want = allocate(op, {k: v.to("meta") for k, v in tensors.items()}, params, dims)  # shapes only
         for o, w in zip(outs, want):
             if o.shape != w.shape or o.dtype != w.dtype or not o.is_contiguous():
                 raise ValueError(f"{op.name}: an `out` tensor must be contiguous {w.dtype} of shape {tuple(w.shape)}")
     if op.dynamic_dim is not None and dims[op.dynamic_dim] == 0:
         return outs
-    launch, outs = prepare(op, tensors, params, arch, out=outs)
+    launch, outs = prepare(op, tensors, params, arch, out=outs, dims=dims)
     device = tensors[op.inputs[0].name].device
     if device.type == "cuda":
         with torch.cuda.device(device):
