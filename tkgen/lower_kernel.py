@@ -17,8 +17,6 @@ from .printers import TileLangPrinter
 from .stages import Load, Map, Reduce, TopK
 
 RESERVED_IDENTIFIERS = {"T", "tilelang", "kernel", "torch"}
-_TL_DTYPE = {"float32": "float32", "int32": "int32", "int64": "int64", "uint8": "uint8", "int8": "int8",
-             "uint16": "uint16", "int16": "int16"}
 
 
 def sym(name: str) -> str:
@@ -85,7 +83,6 @@ class TopKItem:
     over_extent: str
     k_extent: str
     round_var: str
-    key_init: str
     out_lhs: str
     out_rhs: str
     guard: Optional[str]
@@ -96,7 +93,6 @@ class TopKItem:
 @dataclass
 class KernelPlan:
     name: str
-    doc: str
     args: List[str]                   # factory arguments (static dims and params, input dtypes)
     preamble: List[tuple]             # (name, python source) evaluated in the factory
     checks: List[tuple]               # (condition source, message) checked in the factory
@@ -219,7 +215,7 @@ class _KernelLowering:
             fmt = self.catalog.elements[dtype_name]
             native = fmt.native_on(self.arch.backend)
             return native if (native and dtype_name in self.native) else fmt.storage
-        return _TL_DTYPE[dtype_name]
+        return dtype_name            # an integer type: the same name in TileLang
 
     def loader(self, dtype_name):
         if dtype_name in self.catalog.elements:
@@ -312,7 +308,7 @@ class _KernelLowering:
                 continue
             if out.name in stored:
                 self.store(stored[out.name], out)
-        return KernelPlan(name, "", args, pre, checks, storages, loaders, tensors,
+        return KernelPlan(name, args, pre, checks, storages, loaders, tensors,
                           [(f"b_{a}", f"T.ceildiv(N_{a}, B_{a})") for a in self.tiled],
                           self.knobs, self.allocs, self.body,
                           sorted(self.helpers))
@@ -442,7 +438,7 @@ class _KernelLowering:
         self.loop_for(src.axes).assigns.append((key_elem, key))
         return TopKItem(self.loop_axes(src.axes), self.loop_axes(rest), names["key"], names["cand"], names["best"],
                         names["pick"], f"i_{over}", f"N_{over}", f"N_{new}", f"i_{new}",
-                        f"{key_fn.name}({self.value_src(src)})", f"{tname}[{self.tensor_index(t)}]", rhs,
+                        f"{tname}[{self.tensor_index(t)}]", rhs,
                         self.row_guard(rest), src.axes.index(over))
 
 

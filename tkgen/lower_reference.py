@@ -72,7 +72,6 @@ class _ReferenceLowering:
                                                 index_shape=self._index_shape(st.src.axes, st.over))))
         for tname, t in spec.outputs.items():
             plan.returns.append(self.store(t, p.outputs[tname], plan.helpers))
-        self.helpers = plan.helpers
         return plan
 
     def _index_shape(self, axes, over):
