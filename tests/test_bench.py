@@ -1,5 +1,6 @@
 """The benchmark harness on the CPU: C-backend kernels against eager torch, small shapes."""
 import json
+import re
 import subprocess
 import sys
 
@@ -17,3 +18,27 @@ def test_bench_cpu_small(tmp_path):
     assert data["meta"]["copy_gbps"] > 0
     assert (tmp_path / "bench.md").read_text().count("| topk_gate |") >= 4
     assert (tmp_path / "roofline.png").exists()
+
+
+def test_tune_cpu_sweeps_every_workload(tmp_path):
+    import shutil
+    import yaml
+    from tkgen import registry
+    specs = tmp_path / "specs"
+    shutil.copytree(registry.specs_dir(), specs)
+    cpu = specs / "archs" / "cpu.yaml"
+    doc = yaml.safe_load(cpu.read_text())
+    doc["tune_space"] = {"block_t": [2]}
+    cpu.write_text(yaml.safe_dump(doc))
+    r = subprocess.run([sys.executable, "-m", "tkgen.cli", "--specs", str(specs), "tune", "topk_gate",
+                        "--device", "cpu", "--reps", "2"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    scored = [l for l in r.stdout.splitlines() if "geomean (" in l]
+    assert len(scored) == 2, r.stdout                      # the current schedule and block_t = 2
+    assert all("deepseek-v3 router" in l and "odd" in l for l in scored)
+    best = min(scored, key=lambda l: float(re.search(r": ([0-9.]+) µs geomean", l).group(1)))
+    tuned = yaml.safe_load(cpu.read_text()).get("tuned", {})
+    if best.lstrip().startswith("{'block_t': 2}"):
+        assert tuned["topk_gate"] == {"block": {"t": 2}}
+    else:
+        assert "topk_gate" not in tuned and "best: current schedule" in r.stdout

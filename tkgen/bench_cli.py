@@ -44,14 +44,49 @@ def tune_space(arch_doc: dict, knobs):
         yield dict(zip(names, combo))
 
 
-def cmd_tune(args):
-    import inspect
+def _tune_case(pkg, wl, device, arch):
+    """One workload's rotated inputs, params, reference outputs and kernel factory, for `tune`."""
     import importlib
+    from .bench import workload_inputs
+    from .runtime.ops import _dtype_name, check, variant_of
+    from .testing.check import reference_outputs
+
+    sets, params = workload_inputs(pkg, dict(wl), device, 4 if device.type == "cuda" else 1)
+    dims = check(pkg.OP, sets[0], params)
+    module = importlib.import_module(f"{pkg.__name__}.kernel_{arch}")
+    statics = tuple(dims[a] for a in pkg.OP.factory_args) + tuple(
+        _dtype_name(sets[0][i.name].dtype) for i in pkg.OP.inputs if len(i.dtypes) > 1)
+    return dict(name=wl["name"], sets=sets, params=params, module=module, statics=statics,
+                factory=getattr(module, f"build_{variant_of(pkg.OP, params)}"),
+                refs=reference_outputs(pkg.OP, pkg, sets[0], params))
+
+
+def _try_candidate(pkg, case, arch, cand, device, reps):
+    """Time of `cand` on one workload (µs), after checking its outputs against the reference."""
     import torch
-    from .bench import time_fn, workload_inputs
+    from .bench import time_fn
+    from .runtime.ops import prepare
+    from .testing.check import compare
+
+    launch, outs = prepare(pkg.OP, case["sets"][0], case["params"], arch=arch, schedule=cand)
+    for o in outs:
+        o.view(torch.uint8).fill_(0xFF)
+    launch()
+    for o, got, want in zip(pkg.OP.outputs, outs, case["refs"]):
+        compare(o.name, got, want, o.exact)
+    launches = [prepare(pkg.OP, s, case["params"], arch=arch, schedule=cand)[0] for s in case["sets"]]
+    return time_fn(launches, device, reps=reps)[0]
+
+
+def cmd_tune(args):
+    """Sweep the schedule space over every workload of the op; keep the candidate with the smallest
+    geometric mean time among those that match the reference on all of them (one schedule per op and
+    profile must serve every shape, so a candidate tuned on one shape alone can be slow on another)."""
+    import inspect
+    import math
+    import torch
     from .model import load_catalog
-    from .runtime.ops import arch_for, prepare
-    from .testing.check import compare, reference_outputs
+    from .runtime.ops import arch_for
 
     device = torch.device(args.device)
     cat = load_catalog(args.specs)
@@ -60,42 +95,33 @@ def cmd_tune(args):
     arch = args.arch or arch_for(device)
     arch_path = cat.archs[arch].path
     arch_doc = yaml.safe_load(arch_path.read_text())
-    module = importlib.import_module(f"{pkg.__name__}.kernel_{arch}")
-    wl = dict(spec.workloads[0])
-    sets, params = workload_inputs(pkg, wl, device, 4 if device.type == "cuda" else 1)
-    factory = getattr(module, f"build_{'_'.join(str(params[p.name]) for p in pkg.OP.params if p.structural) or 'base'}")
-    knobs = [n for n, p in inspect.signature(factory).parameters.items() if p.kind == p.KEYWORD_ONLY]
-    refs = reference_outputs(pkg.OP, pkg, sets[0], params)
+    cases = [_tune_case(pkg, wl, device, arch) for wl in spec.workloads]
+    if not cases:
+        print(f"{args.op} lists no workloads to tune on", file=sys.stderr)
+        return 1
+    knobs = [n for n, p in inspect.signature(cases[0]["factory"]).parameters.items() if p.kind == p.KEYWORD_ONLY]
     cands = [{}] + list(tune_space(arch_doc, knobs))
     if device.type == "cuda":   # build every candidate in parallel worker processes first
         from .runtime.compile import precompile
-        from .runtime.ops import _dtype_name, check
-        dims = check(pkg.OP, sets[0], params)
-        statics = tuple(dims[a] for a in pkg.OP.factory_args) + tuple(
-            _dtype_name(sets[0][i.name].dtype) for i in pkg.OP.inputs if len(i.dtypes) > 1)
-        errors = precompile([(module.__name__, factory.__name__, statics, c) for c in cands])
-        print(f"precompiled {len(cands)} candidates ({len(errors)} failed to build)", flush=True)
+        jobs = [(c["module"].__name__, c["factory"].__name__, c["statics"], k) for c in cases for k in cands]
+        errors = precompile(jobs)
+        print(f"precompiled {len(jobs)} kernels ({len(errors)} failed to build)", flush=True)
     best = None
     for cand in cands:
         try:
-            launch, outs = prepare(pkg.OP, sets[0], params, arch=arch, schedule=cand)
-            for o in outs:
-                o.view(torch.uint8).fill_(0xFF)
-            launch()
-            for o, got, want in zip(pkg.OP.outputs, outs, refs):
-                compare(o.name, got, want, o.exact)
+            times = [_try_candidate(pkg, c, arch, cand, device, args.reps) for c in cases]
         except Exception as e:  # noqa: BLE001  (a candidate that fails to build or to match is dropped)
             print(f"  {cand}: rejected ({type(e).__name__}: {str(e).splitlines()[0][:100]})", flush=True)
             continue
-        launches = [prepare(pkg.OP, s, params, arch=arch, schedule=cand)[0] for s in sets]
-        t, spread, _ = time_fn(launches, device, reps=args.reps)
-        print(f"  {cand or 'current'}: {t:.2f} µs (spread {spread:.2f})", flush=True)
-        if best is None or t < best[0]:
-            best = (t, cand)
+        score = math.exp(sum(math.log(t) for t in times) / len(times))
+        each = ", ".join(f"{c['name']} {t:.2f}" for c, t in zip(cases, times))
+        print(f"  {cand or 'current'}: {score:.2f} µs geomean ({each})", flush=True)
+        if best is None or score < best[0]:
+            best = (score, cand)
     if best is None:
         print("no candidate passed", file=sys.stderr)
         return 1
-    print(f"best: {best[1] or 'current schedule'} at {best[0]:.2f} µs")
+    print(f"best: {best[1] or 'current schedule'} at {best[0]:.2f} µs geomean over {len(cases)} workloads")
     if best[1] and not args.dry_run:
         tuned = _as_schedule(best[1])
         text = arch_path.read_text()

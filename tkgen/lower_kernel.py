@@ -95,7 +95,8 @@ class KernelPlan:
     storages: List[tuple]             # (name, {dtype: storage}) per multi-dtype input
     loaders: List[tuple]              # (name, {dtype: lambda source})
     tensors: List[tuple]              # (name, shape source, dtype source)
-    grid: List[tuple]                 # (block var, extent source)
+    grid: List[tuple]                 # (block var, extent source) of T.Kernel
+    block_ids: List[tuple]            # (b_<axis>, source) when several tiled axes share one block index
     knobs: List[tuple]                # (name, default): schedule keyword arguments of the factory
     allocs: List[tuple]               # (name, shape source, dtype, allocator)
     body: list
@@ -305,9 +306,21 @@ class _KernelLowering:
             if out.name in stored:
                 self.store(stored[out.name], out)
         return KernelPlan(name, args, pre, checks, storages, loaders, tensors,
-                          [(f"b_{a}", f"T.ceildiv(N_{a}, B_{a})") for a in self.tiled],
-                          self.knobs, self.allocs, self.body,
+                          *self.grid(), self.knobs, self.allocs, self.body,
                           sorted(self.helpers))
+
+    def grid(self):
+        """The launch grid. Several tiled axes share one flat block index in row-major order, so blocks
+        that run one after another touch neighbouring memory (and no axis hits the 65535 limit of grid y/z)."""
+        exts = [f"T.ceildiv(N_{a}, B_{a})" for a in self.tiled]
+        if len(exts) < 2:
+            return [(f"b_{a}", e) for a, e in zip(self.tiled, exts)], []
+        ids = []
+        for i, a in enumerate(self.tiled):
+            inner = " * ".join(exts[i + 1:])
+            idx = f"pid // ({inner})" if inner else "pid"
+            ids.append((f"b_{a}", f"{idx} % {exts[i]}" if i else idx))
+        return [("pid", " * ".join(exts))], ids
 
     def buffer(self, value):
         """A tile buffer for a value; never named like a kernel argument (an output keeps its name)."""
