@@ -20,6 +20,9 @@ OUT = Path(os.environ.get("OUT", "gpu-out"))
 OUT.mkdir(parents=True, exist_ok=True)
 EXAMPLES = int(os.environ.get("TKGEN_GPU_EXAMPLES", "60"))
 PHASES = os.environ.get("TKGEN_GPU_PHASES", "anchors,props,tune,bench").split(",")
+# Which ops the props, tune and bench phases cover (default: every generated op), and bench's competitors.
+OPS = [o for o in os.environ.get("TKGEN_GPU_OPS", "").split(",") if o]
+AGAINST = os.environ.get("TKGEN_GPU_AGAINST", "torch,compile,tilekernels")
 summary = []
 
 
@@ -48,12 +51,16 @@ def precompile_cases(op, cases):
     log(f"  precompiled {len(set((j[1], j[2]) for j in jobs))} {op} specializations in {time.time() - t:.0f} s; errors: {errs[:3]}")
 
 
+def ops():
+    return OPS or sorted(registry.op_modules())
+
+
 def props():
     from hypothesis import HealthCheck, given, settings
-    for op in ("per_token_cast", "topk_gate"):
+    for op in ops():
         pkg = registry.op_package(op)
         strat = __import__(pkg.__name__ + ".strategies", fromlist=["cases"]).cases()
-        pool = [strat.example() for _ in range(120)]
+        pool = [strat.example() for _ in range(max(24, 4 * EXAMPLES))]   # warm the compile cache in parallel
         precompile_cases(op, pool)
         count = {"n": 0, "fail": None}
 
@@ -111,7 +118,7 @@ def anchors():
 
 
 def tune():
-    for op in ("per_token_cast", "topk_gate"):
+    for op in ops():
         t = time.time()
         r = subprocess.run([sys.executable, "-m", "tkgen.cli", "tune", op, "--device", "cuda", "--reps", "10"],
                            capture_output=True, text=True)
@@ -125,10 +132,11 @@ def tune():
 
 
 def bench():
-    r = subprocess.run([sys.executable, "-m", "tkgen.cli", "bench", "--device", "cuda", "--reps", "20", "--out", str(OUT)],
-                       capture_output=True, text=True)
-    (OUT / "bench.log").write_text(r.stdout + r.stderr)
-    log(r.stdout[-6000:] if r.returncode == 0 else r.stderr[-3000:])
+    with open(OUT / "bench.log", "w") as f:   # streamed, so a run cut short still shows its progress
+        r = subprocess.run([sys.executable, "-m", "tkgen.cli", "bench", *ops(), "--device", "cuda", "--reps", "20",
+                            "--against", AGAINST, "--out", str(OUT)], stdout=f, stderr=subprocess.STDOUT, text=True)
+    text = (OUT / "bench.log").read_text()
+    log(text[-6000:] if r.returncode == 0 else "bench failed:\n" + text[-3000:])
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ dev = torch.device("cuda")
 rows = []
 
 def variant_module(base, edits, name):
-    src = open(base.__file__).read().replace("from ...common.", "from tkgen_generated.common.")
+    """`base` (a module, or the path of a kernel module's source) with regex `edits` applied."""
+    src = open(base if isinstance(base, str) else base.__file__).read().replace("from ...common.", "from tkgen_generated.common.")
     for a, b in edits:
         n = len(re.findall(a, src))
         assert n, (a, name)
@@ -40,6 +41,9 @@ GRID_2D = (r"with T\.Kernel\(T\.ceildiv\(N_t, B_t\) \* T\.ceildiv\(N_g, B_g\), t
            r"\s+b_t = pid // \(T\.ceildiv\(N_g, B_g\)\)\n\s+b_g = pid % T\.ceildiv\(N_g, B_g\)",
            "with T.Kernel(T.ceildiv(N_t, B_t), T.ceildiv(N_g, B_g), threads=threads) as (b_t, b_g):")
 PRED = (r"PASS_CONFIGS = \{", "PASS_CONFIGS = {'tl.enable_lower_ldgstg_predicated': True, ")
+# The earlier top-k lowering (a max then a min-index reduction per round), if a copy of its generated module
+# is at hand: `git show 59bb84e:generated/moe/topk_gate/kernel_sm90.py > .gpu/topk_two_reductions_sm90.py`
+TWO_REDUCTIONS = ".gpu/topk_two_reductions_sm90.py"
 SERIAL = (r"\(T\.unroll if N_j <= 16 else T\.serial\)\(N_j\)", "T.serial(N_j)")
 
 
@@ -59,8 +63,9 @@ def bench(opname, factory, args, wl_index, variants, tk_fn, nbytes_fn):
     nbytes = nbytes_fn(sets[0], ref)
     fns_by = {}
     for vname, edits, sched in variants:
-        m = variant_module(base, edits, vname) if edits else base
         try:
+            m = variant_module(edits[0], edits[1:], vname) if edits and isinstance(edits[0], str) else (
+                variant_module(base, edits, vname) if edits else base)
             k = compile_variant(m, factory, args, sched)
         except Exception as e:
             rows.append((opname, wl["name"], vname, f"build failed {str(e)[:80]}", "", "")); continue
@@ -106,7 +111,8 @@ for wl, (E, k) in ((0, (256, 8)), (1, (72, 6))):
         ("serial t1 th32", [SERIAL], dict(threads=32, block_t=1)),
         ("unroll+pred t1 th32", [PRED], dict(threads=32, block_t=1)),
         ("unroll t2 th32", [], dict(threads=32, block_t=2)),
-    ], tk["topk_gate"], nb_ptc)
+    ] + ([("max+argmin unroll t1 th32", [TWO_REDUCTIONS, (r"T\.serial\(N_j\)", "T.unroll(N_j)")],
+           dict(threads=32, block_t=1))] if os.path.exists(TWO_REDUCTIONS) else []), tk["topk_gate"], nb_ptc)
 print("\n| op | workload | variant | µs | GB/s | check |\n|---|---|---|---|---|---|")
 for r in rows:
     print("| " + " | ".join(map(str, r)) + " |")
