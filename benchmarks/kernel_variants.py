@@ -97,7 +97,8 @@ tk = ADAPTERS["tilekernels"]
 copy = copy_bandwidth(dev)
 print(f"copy {copy:.0f} GB/s", flush=True)
 nb_ptc = lambda s, outs: sum(t.numel() * t.element_size() for t in list(s.values()) + list(outs))
-for wl, H in ((0, 7168), (1, 2560)):
+ONLY = os.environ.get("KV_OPS", "per_token_cast,topk_gate").split(",")
+for wl, H in ((0, 7168), (1, 2560)) if "per_token_cast" in ONLY else ():
     bench("per_token_cast", "build_e4m3_fp32", (H, 128, "bf16"), wl, [
         ("flat t4 th64 te2048 (tuned)", [], dict(threads=64, block_t=4, tile_elems=2048)),
         ("2d t4 th64 te2048", [GRID_2D], dict(threads=64, block_t=4, tile_elems=2048)),
@@ -105,7 +106,7 @@ for wl, H in ((0, 7168), (1, 2560)):
         ("flat t4 th128 te4096", [], dict(threads=128, block_t=4, tile_elems=4096)),
         ("flat+pred t4 th64 te2048", [PRED], dict(threads=64, block_t=4, tile_elems=2048)),
     ], tk["per_token_cast"], nb_ptc)
-for wl, (E, k) in ((0, (256, 8)), (1, (72, 6))):
+for wl, (E, k) in ((0, (256, 8)), (1, (72, 6))) if "topk_gate" in ONLY else ():
     bench("topk_gate", "build_base", (E, k), wl, [
         ("unroll t1 th32 (tuned)", [], dict(threads=32, block_t=1)),
         ("serial t1 th32", [SERIAL], dict(threads=32, block_t=1)),
