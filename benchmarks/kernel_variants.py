@@ -41,9 +41,10 @@ GRID_2D = (r"with T\.Kernel\(T\.ceildiv\(N_t, B_t\) \* T\.ceildiv\(N_g, B_g\), t
            r"\s+b_t = pid // \(T\.ceildiv\(N_g, B_g\)\)\n\s+b_g = pid % T\.ceildiv\(N_g, B_g\)",
            "with T.Kernel(T.ceildiv(N_t, B_t), T.ceildiv(N_g, B_g), threads=threads) as (b_t, b_g):")
 PRED = (r"PASS_CONFIGS = \{", "PASS_CONFIGS = {'tl.enable_lower_ldgstg_predicated': True, ")
-# The earlier top-k lowering (a max then a min-index reduction per round), if a copy of its generated module
-# is at hand: `git show 59bb84e:generated/moe/topk_gate/kernel_sm90.py > .gpu/topk_two_reductions_sm90.py`
-TWO_REDUCTIONS = ".gpu/topk_two_reductions_sm90.py"
+# Earlier top-k lowerings, where a copy of their generated module is at hand (for example
+# `git show 59bb84e:generated/moe/topk_gate/kernel_sm90.py > .gpu/topk_two_reductions_sm90.py`).
+EARLIER_TOPK = [("max+argmin unroll t1 th32", ".gpu/topk_two_reductions_sm90.py", [(r"T\.serial\(N_j\)", "T.unroll(N_j)")]),
+                ("packed, retire by key t1 th32", ".gpu/topk_packed_v1_sm90.py", [])]
 SERIAL = (r"\(T\.unroll if N_j <= 16 else T\.serial\)\(N_j\)", "T.serial(N_j)")
 
 
@@ -112,8 +113,8 @@ for wl, (E, k) in ((0, (256, 8)), (1, (72, 6))) if "topk_gate" in ONLY else ():
         ("serial t1 th32", [SERIAL], dict(threads=32, block_t=1)),
         ("unroll+pred t1 th32", [PRED], dict(threads=32, block_t=1)),
         ("unroll t2 th32", [], dict(threads=32, block_t=2)),
-    ] + ([("max+argmin unroll t1 th32", [TWO_REDUCTIONS, (r"T\.serial\(N_j\)", "T.unroll(N_j)")],
-           dict(threads=32, block_t=1))] if os.path.exists(TWO_REDUCTIONS) else []), tk["topk_gate"], nb_ptc)
+    ] + [(label, [path, *edits], dict(threads=32, block_t=1)) for label, path, edits in EARLIER_TOPK
+         if os.path.exists(path)], tk["topk_gate"], nb_ptc)
 print("\n| op | workload | variant | µs | GB/s | check |\n|---|---|---|---|---|---|")
 for r in rows:
     print("| " + " | ".join(map(str, r)) + " |")

@@ -432,7 +432,7 @@ class _KernelLowering:
 
         The high word is the value's order key, the low word `2^31 - 1 - index`, so the largest packed key is
         the largest value with the smallest index among equals (one reduction per round, not a max and then
-        an argmin); keys are unique, so retiring the winner is `key == best`.
+        an argmin). Low words are unique, so the winner is found by its low word alone.
         """
         src, over = st.src, st.over
         rest = [a for a in src.axes if a != over]

@@ -39,12 +39,13 @@ def build_base(E, k, *, threads=1, block_t=8):
                 idx_key[i_t, i_e] = ((T.cast(order_key(s[i_t, i_e]), "int64") << T.int64(32)) | T.cast(T.int32(2147483647) - i_e, "int64"))
             # unrolled while short: the rounds then overlap (1.04x faster for k = 8 on an H200)
             for i_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                # the largest packed key is this round's pick; then retire it
+                # the largest packed key is this round's pick. Retire it by its low word (the index: unique,
+                # a 32-bit compare) and a high word below every real key (only that word changes)
                 T.reduce_max(idx_key, idx_best, dim=1)
                 for i_t in T.grid(B_t):
                     if (b_t * B_t + i_t) < N_t:
                         idx[(b_t * B_t + i_t), i_j] = T.cast((T.int32(2147483647) - T.cast(idx_best[i_t] & T.int64(2147483647), "int32")), "int64")
                 for i_t, i_e in T.grid(B_t, B_e):
-                    idx_key[i_t, i_e] = T.if_then_else(idx_key[i_t, i_e] == idx_best[i_t], T.min_value("int64"), idx_key[i_t, i_e])
+                    idx_key[i_t, i_e] = T.if_then_else(T.cast(idx_key[i_t, i_e], "int32") == T.cast(idx_best[i_t], "int32"), (idx_key[i_t, i_e] & T.int64(4294967295)) | T.min_value("int64"), idx_key[i_t, i_e])
 
     return kernel
