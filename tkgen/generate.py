@@ -60,7 +60,7 @@ def kernel_module(catalog, spec, arch, header):
     schedule = schedule_for(spec, arch)
     for variant in spec.variants():
         program = build_program(spec, catalog.elements, catalog.scales, variant)
-        lowering = _KernelLowering(spec, program, variant, arch, catalog, schedule)
+        lowering = _KernelLowering(spec.resolved(variant), program, variant, arch, catalog, schedule)
         plan = lowering.build(f"build_{spec.variant_name(variant)}")
         plans.append(plan)
         helpers |= set(plan.helpers)
@@ -75,7 +75,7 @@ def reference_module(catalog, spec, header):
     for variant in spec.variants():
         program = build_program(spec, catalog.elements, catalog.scales, variant)
         name = spec.variant_name(variant)
-        plan = lower_reference(spec, program, variant, catalog, f"reference_{name}")
+        plan = lower_reference(spec.resolved(variant), program, variant, catalog, f"reference_{name}")
         plan.variant = name
         refs.append(plan)
         helpers |= plan.helpers
@@ -95,10 +95,11 @@ def op_module(catalog, spec, header):
     inputs = [dict(name=t.name, dtypes=repr(t.dtypes), shape=repr(t.shape_text),
                    shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)") for t in spec.inputs.values()]
     outputs = []
-    for t in spec.outputs.values():
+    for name in spec.outputs:
         shapes, dtypes = {}, {}
         for variant in spec.variants():
             v = spec.variant_name(variant)
+            t = spec.resolved(variant).outputs[name]
             dims = [_d(s) for s in t.shape]
             if t.scale_ref:
                 fmt = catalog.resolve_format(spec, t.scale_ref, variant, "scale")
@@ -111,12 +112,12 @@ def op_module(catalog, spec, header):
                 dt = t.dtypes[0]
                 dtypes[v] = dt if dt in ("int32", "int64") else catalog.elements[dt].torch_dtype
             shapes[v] = "(" + ", ".join(dims) + ",)"
-        outputs.append(dict(name=t.name, shapes=shapes, dtypes=repr(dtypes), exact=repr(t.exact)))
+        outputs.append(dict(name=name, shapes=shapes, dtypes=repr(dtypes), exact=repr(t.exact)))
     dims = [dict(name=d.name, dynamic=d.dynamic, min=d.min, max=d.max) for d in spec.dims.values()]
     requires = [(text, _d(node)) for d in spec.dims.values() for text, node in d.require]
     factory_args = tuple([d.name for d in spec.dims.values() if not d.dynamic] + [p.name for p in spec.static_params])
     custom_args = [f"{t}: torch.Tensor" for t in spec.inputs] + \
-                  [f"{p.name}: {'str' if p.structural else 'int'}" for p in spec.params.values()]
+                  [f"{p.name}: {'bool' if p.boolean else 'str' if p.structural else 'int'}" for p in spec.params.values()]
     plain_args = list(spec.inputs) + list(spec.params)
     public_args = list(spec.inputs) + [f"{p.name}={p.default!r}" if p.default is not None else p.name
                                        for p in spec.params.values()]

@@ -125,9 +125,10 @@ class _KernelLowering:
         block = dict(self.schedule.get("block", {}))
         self.tiled, pre, checks, self.padded = [], [], [], set()
         self.knobs = [("threads", self.schedule.get("threads", self.arch.threads))]
+        if self.spec.dynamic_dim:
+            pre.append((sym(self.spec.dynamic_dim), f'T.dynamic("{self.spec.dynamic_dim}")'))
         for name, ax in self.spec.axes.items():
-            ext = f'T.dynamic("{self.spec.dynamic_dim}")' if name == self.dyn_axis else py_expr(ax.extent)
-            pre.append((f"N_{name}", ext))
+            pre.append((f"N_{name}", py_expr(ax.extent)))
         kinds = {}
         for name in self.spec.axes:
             want = block.get(name, 1 if name == self.dyn_axis else "auto")
@@ -189,7 +190,13 @@ class _KernelLowering:
     def row_guard(self, axes):
         """In-range condition of a tile element: rows past the dynamic size exist in the last block (its
         block size is a schedule knob), and padded axes run past their extent."""
-        conds = [f"{self.gidx(self.dyn_axis)} < N_{self.dyn_axis}"] if self.dyn_axis in axes else []
+        conds = []
+        if self.dyn_axis in axes:
+            inner = self.spec.row_inner
+            if inner in axes:       # a row inside a row block: its row index against the dynamic size
+                conds.append(f"({self.gidx(self.dyn_axis)} * N_{inner} + i_{inner}) < {sym(self.spec.dynamic_dim)}")
+            else:
+                conds.append(f"{self.gidx(self.dyn_axis)} < N_{self.dyn_axis}")
         conds += [f"i_{a} < N_{a}" for a in axes if a in self.padded]
         return " and ".join(conds) if len(conds) < 2 else "(" + ") & (".join(conds) + ")"
 
@@ -333,19 +340,26 @@ class _KernelLowering:
         value: loads fill padding with 0, which serves absmax and sum of loaded values; anything else
         is reduced from a masked copy."""
         src = self.buffers[st.src.name]
-        if st.axis not in self.padded:
+        if st.axis not in self.padded and st.axis != self.spec.row_inner:
             return src
-        if st.kind in ("absmax", "sum") and any(isinstance(x, Load) and x.out.name == st.src.name
-                                                for x in self.program.steps):
+        if st.kind in ("absmax", "sum") and self._zero_filled(st.src.name):
             return src
         neutral = {"absmax": "T.float32(0.0)", "sum": "T.float32(0.0)", "max": "T.float32(-T.infinity('float32'))",
                    "min": "T.infinity('float32')"}[st.kind]
         masked = f"{src}_masked"
         self.allocs.append((masked, self.tile_shape(st.src.axes), "float32", self.alloc))
         idx = ", ".join(f"i_{a}" for a in st.src.axes)
+        # padding of a padded axis, or rows past the dynamic size in the last row block
+        cond = f"i_{st.axis} < N_{st.axis}" if st.axis in self.padded else self.row_guard(st.src.axes)
         self.add_item(Loop(self.loop_axes(st.src.axes),
-                           assigns=[(f"{masked}[{idx}]", f"T.if_then_else(i_{st.axis} < N_{st.axis}, {src}[{idx}], {neutral})")]))
+                           assigns=[(f"{masked}[{idx}]", f"T.if_then_else({cond}, {src}[{idx}], {neutral})")]))
         return masked
+
+    def _zero_filled(self, name):
+        """Whether a value is zero wherever a load was masked: a load, or an absmax or sum of one."""
+        step = next(x for x in self.program.steps if x.out.name == name)
+        return isinstance(step, Load) or (isinstance(step, Reduce) and step.kind in ("absmax", "sum")
+                                          and self._zero_filled(step.src.name))
 
     def _sources(self, st):
         if isinstance(st, Map):
@@ -372,8 +386,7 @@ class _KernelLowering:
         return "(" + ", ".join(f"B_{a}" for a in axes) + ("," if len(axes) == 1 else "") + ")"
 
     def shape_src(self, t, packed=False):
-        dims = [f"N_{self.dyn_axis}" if (isinstance(s, E.Name) and s.id == self.spec.dynamic_dim) else py_expr(s)
-                for s in t.shape]
+        dims = [py_expr(s) for s in t.shape]
         if packed and t.scale_ref:
             fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
             if fmt.pack:

@@ -49,7 +49,7 @@ class _ReferenceLowering:
                     binds.append((sym(s.id), f"{tname}.shape[{i}]"))
                     bound.add(s.id)
         for ax_name, ax in spec.axes.items():
-            binds.append((f"N_{ax_name}", py_expr(ax.extent)))
+            binds.append((f"N_{ax_name}", py_expr(ax.extent, tl=False)))
         plan = ReferencePlan(name, args, binds)
         for st in p.steps:
             out = st.out
@@ -61,7 +61,7 @@ class _ReferenceLowering:
                 plan.lines.append(("assign", out.name, printer(st.expr)))
             elif isinstance(st, Reduce):
                 plan.lines.append(("assign", out.name,
-                                   _REDUCE[st.kind].format(src=st.src.name, dim=st.src.axes.index(st.axis))))
+                                   _REDUCE[st.kind].format(src=self.reduce_source(st), dim=st.src.axes.index(st.axis))))
             elif isinstance(st, TopK):
                 key = topk_key()
                 plan.helpers.add(key.name)
@@ -74,6 +74,21 @@ class _ReferenceLowering:
             plan.returns.append(self.store(t, p.outputs[tname], plan.helpers))
         return plan
 
+    def reduce_source(self, st):
+        """Rows past the dynamic size in the last row block hold the reduction's neutral value, as in the
+        kernel (loads fill them with zero, and the kernel masks them for other reductions)."""
+        b, r = next(iter(self.spec.axes)), self.spec.row_inner
+        if st.axis != r:
+            return st.src.name
+        neutral = {"absmax": "0.0", "sum": "0.0", "max": "-float('inf')", "min": "float('inf')"}[st.kind]
+        rows = f"_rows_valid(N_{b}, N_{r}, {sym(self.spec.dynamic_dim)}){_bcast((b, r), st.src.axes)}"
+        return f"torch.where({rows}, {st.src.name}, _f32({neutral}))"
+
+    def row_dims(self, t):
+        """Tensor dims indexed by [row block, row]: the dynamic dim, padded to whole row blocks inside."""
+        b, r = next(iter(self.spec.axes)), self.spec.row_inner
+        return [i for i, group in enumerate(t.view) if r is not None and tuple(group) == (b, r)]
+
     def _index_shape(self, axes, over):
         return "(" + ", ".join(f"N_{a}" if a == over else "1" for a in axes) + ("," if len(axes) == 1 else "") + ")"
 
@@ -83,6 +98,9 @@ class _ReferenceLowering:
     def load(self, t, name, value):
         dt = t.dtypes
         conv = f"{name}.to(torch.int64)" if all(d in ("int32", "int64") for d in dt) else f"{name}.to(torch.float32)"
+        b, r = next(iter(self.spec.axes)), self.spec.row_inner
+        for i in self.row_dims(t):
+            conv = f"_pad_dim({conv}, {i}, N_{b} * N_{r})"
         src = f"{conv}.reshape{self.view_shape(t)}"
         perm = [t.axes.index(a) for a in value.axes]
         return src + (f".permute{tuple(perm)}" if perm != sorted(perm) else "")
@@ -92,8 +110,14 @@ class _ReferenceLowering:
         perm = [value.axes.index(a) for a in t.axes]
         if perm != sorted(perm):
             src = f"{src}.permute{tuple(perm)}"
-        shape = "(" + ", ".join(py_expr(s) if not (isinstance(s, E.Name) and s.id == self.spec.dynamic_dim)
-                                else f"N_{next(iter(self.spec.axes))}" for s in t.shape) + ("," if len(t.shape) == 1 else "") + ")"
+        rows = self.row_dims(t)
+        b, r = next(iter(self.spec.axes)), self.spec.row_inner
+        shape = "(" + ", ".join(f"N_{b} * N_{r}" if i in rows else py_expr(s, tl=False)
+                                for i, s in enumerate(t.shape)) + ("," if len(t.shape) == 1 else "") + ")"
+        trim = "".join(f".narrow({i}, 0, {sym(self.spec.dynamic_dim)})" for i in rows)
+        return self._store(t, src, shape, helpers) + trim
+
+    def _store(self, t, src, shape, helpers):
         if t.scale_ref:
             fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
             if fmt.store == "float":

@@ -6,6 +6,7 @@ the emitters consume; they never look at raw YAML.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +30,13 @@ class Param:
 
     @property
     def structural(self) -> bool:
-        """String-valued params select code (a format, a rule): each value is its own generated kernel."""
-        return self.choices is not None and all(isinstance(v, str) for v in self.choices)
+        """String- or boolean-valued params select code (a format, a rule, a layout): each value is its own
+        generated kernel."""
+        return self.choices is not None and (all(isinstance(v, str) for v in self.choices) or self.boolean)
+
+    @property
+    def boolean(self) -> bool:
+        return self.choices is not None and all(isinstance(v, bool) for v in self.choices)
 
 
 @dataclass(frozen=True)
@@ -64,10 +70,18 @@ class Tensor:
     view: Tuple[Tuple[str, ...], ...]        # per tensor dim, the axes (major first) that index it
     exact: object
     values: dict
+    when: Tuple[tuple, ...] = ()             # (boolean param, shape, shape text, view): the layout when it is true
 
     @property
     def axes(self) -> Tuple[str, ...]:
         return tuple(a for group in self.view for a in group)
+
+    def resolved(self, variant: dict) -> "Tensor":
+        """The tensor's layout in one variant: the `when` layout of the first boolean param that is true."""
+        for param, shape, text, view in self.when:
+            if variant.get(param) is True:
+                return dataclasses.replace(self, shape=shape, shape_text=text, view=view, when=())
+        return dataclasses.replace(self, when=()) if self.when else self
 
 
 @dataclass(frozen=True)
@@ -115,6 +129,7 @@ class OpSpec:
     workloads: tuple
     tests: dict
     doc_ref: Document = field(repr=False, default=None)
+    row_inner: Optional[str] = None          # rows inside a row block, when the first axis is ceildiv(T, n)
 
     @property
     def tensors(self) -> Dict[str, Tensor]:
@@ -141,7 +156,13 @@ class OpSpec:
 
     @staticmethod
     def variant_name(variant: dict) -> str:
-        return "_".join(str(v) for v in variant.values()) or "base"
+        return "_".join(str(v).lower() if isinstance(v, bool) else str(v) for v in variant.values()) or "base"
+
+    def resolved(self, variant: dict) -> "OpSpec":
+        """The spec as one variant sees it: every output in the layout its boolean params select."""
+        if not any(t.when for t in self.outputs.values()):
+            return self
+        return dataclasses.replace(self, outputs={n: t.resolved(variant) for n, t in self.outputs.items()})
 
 
 @dataclass
@@ -181,6 +202,38 @@ def _check_names(doc, path, node, known, what):
     for n in E.names(node):
         if n not in known:
             raise doc.error(path, f"unknown name {n!r} in {what}; expected one of {sorted(known)}")
+
+
+def _row_inner(doc, dyn, first, axes):
+    """The first axis runs over the dynamic dim: either `t: T` (one row per index), or `b: ceildiv(T, n)`
+    (row blocks of n rows, the last one partial). For row blocks, returns the axis of extent n that indexes
+    the rows inside a block."""
+    ext = first.extent
+    if isinstance(ext, E.Name) and ext.id == dyn:
+        return None
+    if isinstance(ext, E.Call) and ext.fn == "ceildiv" and len(ext.args) == 2 and \
+            isinstance(ext.args[0], E.Name) and ext.args[0].id == dyn:
+        size = E.to_source(ext.args[1])
+        inner = [a.name for a in axes.values() if a is not first and E.to_source(a.extent) == size]
+        if not inner:
+            raise doc.error(("axes", first.name), f"row blocks ceildiv({dyn}, {size}) need an axis of extent {size} "
+                                                  "for the rows inside a block")
+        return inner[0]
+    raise doc.error(("axes",), f"the first axis must run over the dynamic dim {dyn!r}: `{dyn}` or "
+                               f"`ceildiv({dyn}, n)` (row blocks)")
+
+
+def _check_row_groups(doc, base, view, shape, block_axis, inner, dyn):
+    """With row blocks, the dynamic dim is indexed by [block, inner] and a dim of row blocks by [block]."""
+    for i, group in enumerate(view):
+        if block_axis not in group and inner not in group:
+            continue
+        is_dyn = isinstance(shape[i], E.Name) and shape[i].id == dyn
+        if is_dyn and tuple(group) != (block_axis, inner):
+            raise doc.error(base + ("view", i), f"the dynamic dim {dyn} is indexed by [{block_axis}, {inner}]")
+        if not is_dyn and tuple(group) != (block_axis,):
+            raise doc.error(base + ("view", i), f"axis {inner!r} indexes rows of {dyn} only, as [{block_axis}, {inner}]; "
+                                                f"a dim of row blocks is indexed by {block_axis!r} alone")
 
 
 def build_format(doc: Document):
@@ -223,6 +276,8 @@ def build_op(doc: Document, elements, scales, arch_names) -> OpSpec:
         choices = tuple(p["one_of"]) if "one_of" in p else None
         rng = tuple(_parse(doc, ("params", name, "range", i), v) for i, v in enumerate(p["range"])) if "range" in p else None
         default = p.get("default")
+        if choices is not None and len({type(v) for v in choices}) > 1 and any(isinstance(v, bool) for v in choices):
+            raise doc.error(("params", name, "one_of"), "a boolean param takes only true and false")
         if choices is not None and default is not None and default not in choices:
             raise doc.error(("params", name, "default"), f"default {default!r} is not one of {list(choices)}")
         params[name] = Param(name, p["doc"], choices, rng, default)
@@ -252,27 +307,24 @@ def build_op(doc: Document, elements, scales, arch_names) -> OpSpec:
         _check_names(doc, ("axes", name), node, known_sizes, "an axis extent")
         axes[name] = Axis(name, node, str(text))
     dyn = [x.name for x in dims.values() if x.dynamic]
-    if dyn:
-        first = next(iter(axes.values()))
-        if not (isinstance(first.extent, E.Name) and first.extent.id == dyn[0]):
-            raise doc.error(("axes",), f"the first axis must run over the dynamic dim {dyn[0]!r}")
+    first = next(iter(axes.values()))
+    row_inner = _row_inner(doc, dyn[0], first, axes) if dyn else None
 
     def tensor(role, name, t):
         base = (role + "s", name)
         claim(name, role, base)
-        shape = tuple(_parse(doc, base + ("shape", i), s) for i, s in enumerate(t["shape"]))
-        for i, s in enumerate(shape):
-            _check_names(doc, base + ("shape", i), s, known_sizes, "a shape")
-        view = tuple((v,) if isinstance(v, str) else tuple(v) for v in t["view"])
-        if len(view) != len(shape):
-            raise doc.error(base + ("view",), f"expected {len(shape)} entries (one per dim of the shape), found {len(view)}")
-        for i, group in enumerate(view):
-            for a in group:
-                if a not in axes:
-                    raise doc.error(base + ("view", i), f"unknown axis {a!r}; axes are {list(axes)}")
-        flat = [a for g in view for a in g]
-        if len(set(flat)) != len(flat):
-            raise doc.error(base + ("view",), "an axis may index only one place of a tensor")
+        shape, view = layout(base, t)
+        when = []
+        for param, alt in t.get("when", {}).items():
+            path = base + ("when", param)
+            if role != "output":
+                raise doc.error(path, "only outputs can change layout with a param")
+            if param not in params or not params[param].boolean:
+                raise doc.error(path, f"{param!r} is not a boolean param (one_of: [false, true])")
+            ashape, aview = layout(path, alt)
+            if sorted(a for g in aview for a in g) != sorted(a for g in view for a in g):
+                raise doc.error(path + ("view",), "the layout must use the same axes as the tensor's view")
+            when.append((param, ashape, tuple(str(x) for x in alt["shape"]), aview))
         dtypes = tuple(t["dtypes"]) if "dtypes" in t else ((t["dtype"],) if "dtype" in t else ())
         for i, dt in enumerate(dtypes):
             if dt not in elements and dt not in BUILTIN_DTYPES:
@@ -291,7 +343,25 @@ def build_op(doc: Document, elements, scales, arch_names) -> OpSpec:
                     raise doc.error(base + (key,), f"unknown {kind} format {n!r}; expected one of {sorted(table)}")
         exact = t.get("exact", "bit" if role == "output" else None)
         return Tensor(name, role, t.get("doc", ""), dtypes, t.get("format"), t.get("scale_format"), shape,
-                      tuple(str(s) for s in t["shape"]), view, exact, dict(t.get("values", {})))
+                      tuple(str(s) for s in t["shape"]), view, exact, dict(t.get("values", {})), tuple(when))
+
+    def layout(base, t):
+        shape = tuple(_parse(doc, base + ("shape", i), s) for i, s in enumerate(t["shape"]))
+        for i, s in enumerate(shape):
+            _check_names(doc, base + ("shape", i), s, known_sizes, "a shape")
+        view = tuple((v,) if isinstance(v, str) else tuple(v) for v in t["view"])
+        if len(view) != len(shape):
+            raise doc.error(base + ("view",), f"expected {len(shape)} entries (one per dim of the shape), found {len(view)}")
+        for i, group in enumerate(view):
+            for a in group:
+                if a not in axes:
+                    raise doc.error(base + ("view", i), f"unknown axis {a!r}; axes are {list(axes)}")
+        flat = [a for g in view for a in g]
+        if len(set(flat)) != len(flat):
+            raise doc.error(base + ("view",), "an axis may index only one place of a tensor")
+        if row_inner:
+            _check_row_groups(doc, base, view, shape, first.name, row_inner, dyn[0])
+        return shape, view
 
     inputs = {n: tensor("input", n, t) for n, t in d["inputs"].items()}
     outputs = {n: tensor("output", n, t) for n, t in d["outputs"].items()}
@@ -307,7 +377,7 @@ def build_op(doc: Document, elements, scales, arch_names) -> OpSpec:
         if key != "default" and key not in arch_names:
             raise doc.error(("schedule", key), f"unknown architecture {key!r}; expected default or one of {sorted(arch_names)}")
     spec = OpSpec(d["op"], d["family"], d["doc"], doc.path, doc.sha256, params, dims, axes, inputs, outputs,
-                  tuple(stages), schedule, tuple(d.get("workloads", ())), dict(d.get("tests", {})), doc)
+                  tuple(stages), schedule, tuple(d.get("workloads", ())), dict(d.get("tests", {})), doc, row_inner)
     from .stages import typecheck  # the stage library checks what the compute stages mean
 
     typecheck(spec, elements, scales)

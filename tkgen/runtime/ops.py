@@ -104,7 +104,8 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
         v = params[p.name]
         if p.choices is not None:
             allowed = [dims.get(c, c) if isinstance(c, str) and not p.structural else c for c in p.choices]
-            if isinstance(v, bool) or not isinstance(v, type(allowed[0])) or v not in allowed:
+            if isinstance(v, bool) != isinstance(allowed[0], bool) or not isinstance(v, type(allowed[0])) \
+                    or v not in allowed:
                 shown = ", ".join(f"{c} (= {dims[c]} here)" if isinstance(c, str) and c in dims and not p.structural
                                   else repr(c) for c in p.choices)
                 raise ValueError(f"{op.name}: `{p.name}` must be one of {shown}; got {v!r}")
@@ -127,7 +128,8 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
 
 
 def variant_of(op: OpInfo, params) -> str:
-    values = [str(params[p.name]) for p in op.params if p.structural]
+    values = [str(params[p.name]).lower() if isinstance(params[p.name], bool) else str(params[p.name])
+              for p in op.params if p.structural]
     return "_".join(values) or "base"
 
 

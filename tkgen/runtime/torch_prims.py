@@ -8,7 +8,7 @@ constants are made on the inputs' device.
 import torch
 
 __all__ = ["torch", "_f32", "_t", "_bits", "_from_bits", "_wrap_i32", "_absmax", "_exponent_byte",
-           "_pack_words", "_codes_as"]
+           "_pack_words", "_codes_as", "_pad_dim", "_rows_valid"]
 
 
 def _f32(value: float) -> torch.Tensor:
@@ -64,3 +64,17 @@ def _codes_as(codes: torch.Tensor, storage: torch.dtype, container: torch.dtype)
     signed = codes - ((codes >> (width - 1)) & 1) * (1 << width)      # into the signed range of `width`
     as_int = signed.to({8: torch.int8, 16: torch.int16, 32: torch.int32}[width])
     return as_int.view(container)
+
+
+def _pad_dim(x: torch.Tensor, dim: int, size: int) -> torch.Tensor:
+    """`x` with dim `dim` zero-padded at the end to `size` (rows of a partial last row block)."""
+    if x.shape[dim] == size:
+        return x
+    pad = list(x.shape)
+    pad[dim] = size - x.shape[dim]
+    return torch.cat([x, torch.zeros(pad, dtype=x.dtype, device=x.device)], dim=dim)
+
+
+def _rows_valid(blocks: int, rows: int, size: int) -> torch.Tensor:
+    """(blocks, rows) booleans: whether row `r` of row block `b` is below the dynamic size."""
+    return (torch.arange(blocks * rows) < size).reshape(blocks, rows)

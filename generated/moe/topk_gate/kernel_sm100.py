@@ -17,7 +17,8 @@ COMPILE_FLAGS = []
 
 
 def build_base(E, k, *, threads=128, block_t=4):
-    N_t = T.dynamic("T")
+    T_ = T.dynamic("T")
+    N_t = T_
     N_e = E
     N_j = k
     B_e = pad_pow2(N_e)
@@ -27,8 +28,8 @@ def build_base(E, k, *, threads=128, block_t=4):
 
     @T.prim_func
     def kernel(
-        scores: T.Tensor((N_t, E), 'float32'),
-        idx: T.Tensor((N_t, k), 'int64'),
+        scores: T.Tensor((T_, E), 'float32'),
+        idx: T.Tensor((T_, k), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             s = T.alloc_fragment((B_t, B_e), "float32")

@@ -26,7 +26,7 @@ def reference_base(scores, k):
             _key = torch.where(_index == _pick, -2 ** 31, _key)
             _picks.append(_pick.squeeze(1))
         idx = torch.stack(_picks, dim=1)
-        return idx.to(torch.int64).reshape(N_t, k),
+        return idx.to(torch.int64).reshape(T_, k),
 
 
 VARIANTS = {

@@ -17,7 +17,8 @@ COMPILE_FLAGS = ['-O2']
 
 
 def build_e4m3_fp32(H, group, x_dtype, *, threads=1, block_t=4):
-    N_t = T.dynamic("T")
+    T_ = T.dynamic("T")
+    N_t = T_
     N_g = (H // group)
     N_c = group
     B_g = N_g
@@ -28,9 +29,9 @@ def build_e4m3_fp32(H, group, x_dtype, *, threads=1, block_t=4):
 
     @T.prim_func
     def kernel(
-        x: T.Tensor((N_t, H), STORAGE_x),
-        q: T.Tensor((N_t, H), 'uint8'),
-        sf: T.Tensor((N_t, (H // group)), 'float32'),
+        x: T.Tensor((T_, H), STORAGE_x),
+        q: T.Tensor((T_, H), 'uint8'),
+        sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
@@ -53,7 +54,8 @@ def build_e4m3_fp32(H, group, x_dtype, *, threads=1, block_t=4):
 
 
 def build_e4m3_pow2(H, group, x_dtype, *, threads=1, block_t=4):
-    N_t = T.dynamic("T")
+    T_ = T.dynamic("T")
+    N_t = T_
     N_g = (H // group)
     N_c = group
     B_g = N_g
@@ -64,9 +66,9 @@ def build_e4m3_pow2(H, group, x_dtype, *, threads=1, block_t=4):
 
     @T.prim_func
     def kernel(
-        x: T.Tensor((N_t, H), STORAGE_x),
-        q: T.Tensor((N_t, H), 'uint8'),
-        sf: T.Tensor((N_t, (H // group)), 'float32'),
+        x: T.Tensor((T_, H), STORAGE_x),
+        q: T.Tensor((T_, H), 'uint8'),
+        sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
@@ -89,7 +91,8 @@ def build_e4m3_pow2(H, group, x_dtype, *, threads=1, block_t=4):
 
 
 def build_e4m3_ue8m0(H, group, x_dtype, *, threads=1, block_t=4):
-    N_t = T.dynamic("T")
+    T_ = T.dynamic("T")
+    N_t = T_
     N_g = (H // group)
     N_c = group
     B_g = N_g
@@ -100,9 +103,9 @@ def build_e4m3_ue8m0(H, group, x_dtype, *, threads=1, block_t=4):
 
     @T.prim_func
     def kernel(
-        x: T.Tensor((N_t, H), STORAGE_x),
-        q: T.Tensor((N_t, H), 'uint8'),
-        sf: T.Tensor((N_t, T.ceildiv((H // group), 4)), 'int32'),
+        x: T.Tensor((T_, H), STORAGE_x),
+        q: T.Tensor((T_, H), 'uint8'),
+        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")

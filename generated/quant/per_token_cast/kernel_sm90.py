@@ -16,7 +16,8 @@ COMPILE_FLAGS = []
 
 
 def build_e4m3_fp32(H, group, x_dtype, *, threads=64, block_t=4, tile_elems=2048):
-    N_t = T.dynamic("T")
+    T_ = T.dynamic("T")
+    N_t = T_
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
@@ -27,9 +28,9 @@ def build_e4m3_fp32(H, group, x_dtype, *, threads=64, block_t=4, tile_elems=2048
 
     @T.prim_func
     def kernel(
-        x: T.Tensor((N_t, H), STORAGE_x),
-        q: T.Tensor((N_t, H), 'float8_e4m3fn'),
-        sf: T.Tensor((N_t, (H // group)), 'float32'),
+        x: T.Tensor((T_, H), STORAGE_x),
+        q: T.Tensor((T_, H), 'float8_e4m3fn'),
+        sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
@@ -54,7 +55,8 @@ def build_e4m3_fp32(H, group, x_dtype, *, threads=64, block_t=4, tile_elems=2048
 
 
 def build_e4m3_pow2(H, group, x_dtype, *, threads=64, block_t=4, tile_elems=2048):
-    N_t = T.dynamic("T")
+    T_ = T.dynamic("T")
+    N_t = T_
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
@@ -65,9 +67,9 @@ def build_e4m3_pow2(H, group, x_dtype, *, threads=64, block_t=4, tile_elems=2048
 
     @T.prim_func
     def kernel(
-        x: T.Tensor((N_t, H), STORAGE_x),
-        q: T.Tensor((N_t, H), 'float8_e4m3fn'),
-        sf: T.Tensor((N_t, (H // group)), 'float32'),
+        x: T.Tensor((T_, H), STORAGE_x),
+        q: T.Tensor((T_, H), 'float8_e4m3fn'),
+        sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
@@ -92,7 +94,8 @@ def build_e4m3_pow2(H, group, x_dtype, *, threads=64, block_t=4, tile_elems=2048
 
 
 def build_e4m3_ue8m0(H, group, x_dtype, *, threads=64, block_t=4, tile_elems=2048):
-    N_t = T.dynamic("T")
+    T_ = T.dynamic("T")
+    N_t = T_
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
@@ -103,9 +106,9 @@ def build_e4m3_ue8m0(H, group, x_dtype, *, threads=64, block_t=4, tile_elems=204
 
     @T.prim_func
     def kernel(
-        x: T.Tensor((N_t, H), STORAGE_x),
-        q: T.Tensor((N_t, H), 'float8_e4m3fn'),
-        sf: T.Tensor((N_t, T.ceildiv((H // group), 4)), 'int32'),
+        x: T.Tensor((T_, H), STORAGE_x),
+        q: T.Tensor((T_, H), 'float8_e4m3fn'),
+        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))

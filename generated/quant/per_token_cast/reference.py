@@ -22,7 +22,7 @@ def reference_e4m3_fp32(x, group):
         sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         q = (xf * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(N_t, H), sf.reshape(N_t, (H // group))
+        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group))
 
 
 def reference_e4m3_pow2(x, group):
@@ -38,7 +38,7 @@ def reference_e4m3_pow2(x, group):
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (xf * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(N_t, H), sf.reshape(N_t, (H // group))
+        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group))
 
 
 def reference_e4m3_ue8m0(x, group):
@@ -54,7 +54,7 @@ def reference_e4m3_ue8m0(x, group):
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (xf * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(N_t, H), _pack_words(_exponent_byte(sf.reshape(N_t, (H // group))), 4, 8, torch.int32)
+        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_words(_exponent_byte(sf.reshape(T_, (H // group))), 4, 8, torch.int32)
 
 
 VARIANTS = {
