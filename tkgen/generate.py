@@ -106,13 +106,15 @@ def op_module(catalog, spec, header):
                 if fmt.pack:
                     dims[-1] = f"-(-{dims[-1]} // {fmt.per_word})"
                 dtypes[v] = fmt.torch_dtype
+            elif t.like:
+                dtypes[v] = None
             elif t.format_ref:
                 dtypes[v] = catalog.resolve_format(spec, t.format_ref, variant, "element").torch_dtype
             else:
                 dt = t.dtypes[0]
                 dtypes[v] = dt if dt in ("int32", "int64") else catalog.elements[dt].torch_dtype
             shapes[v] = "(" + ", ".join(dims) + ",)"
-        outputs.append(dict(name=name, shapes=shapes, dtypes=repr(dtypes), exact=repr(t.exact)))
+        outputs.append(dict(name=name, shapes=shapes, dtypes=repr(dtypes), exact=repr(t.exact), like=repr(t.like)))
     dims = [dict(name=d.name, dynamic=d.dynamic, min=d.min, max=d.max) for d in spec.dims.values()]
     requires = [(text, _d(node)) for d in spec.dims.values() for text, node in d.require]
     factory_args = tuple([d.name for d in spec.dims.values() if not d.dynamic] + [p.name for p in spec.static_params])
@@ -142,7 +144,7 @@ def docstring(catalog, spec) -> str:
     lines += ["", "Returns:"]
     for t in spec.outputs.values():
         kind = (f"format `{t.format_ref}`" if t.format_ref else f"scale format `{t.scale_ref}`" if t.scale_ref
-                else t.dtypes[0])
+                else f"the dtype of `{t.like}`" if t.like else t.dtypes[0])
         lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.")
     lines.append("")
     lines.append(f"Generated from {_rel(catalog, spec.path)}.")

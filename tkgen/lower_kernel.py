@@ -14,7 +14,7 @@ from typing import List, Optional
 from . import expr as E
 from . import ir
 from .printers import TileLangPrinter
-from .stages import Load, Map, Reduce, TopK
+from .stages import Copy, Load, Map, Reduce, TopK
 
 RESERVED_IDENTIFIERS = {"T", "tilelang", "kernel", "torch"}
 
@@ -274,17 +274,18 @@ class _KernelLowering:
         tensors, storages, loaders, args = [], [], [], []
         args += [sym(d.name) for d in self.spec.dims.values() if not d.dynamic]
         args += [sym(prm.name) for prm in self.spec.static_params]
+        self.dtype_src = {}
         for tname, t in self.spec.inputs.items():
             if len(t.dtypes) > 1:
                 args.append(f"{tname}_dtype")
                 storages.append((tname, {dt: self.storage(dt) for dt in t.dtypes}))
-                dtype_src = f"STORAGE_{tname}"
+                self.dtype_src[tname] = f"STORAGE_{tname}"
             else:
-                dtype_src = repr(self.storage(t.dtypes[0]))
+                self.dtype_src[tname] = repr(self.storage(t.dtypes[0]))
             loaders.append((tname, {dt: self.loader(dt) for dt in t.dtypes}))
-            tensors.append((tname, self.shape_src(t), dtype_src))
+            tensors.append((tname, self.shape_src(t), self.dtype_src[tname]))
         for tname, t in self.spec.outputs.items():
-            tensors.append((tname, self.shape_src(t, packed=True), repr(self.output_storage(t))))
+            tensors.append((tname, self.shape_src(t, packed=True), self.output_storage(t)))
         self.printer = TileLangPrinter(self._var_src)
         stored = {v.name: tname for tname, v in p.outputs.items()}
         for st in p.steps:
@@ -296,6 +297,13 @@ class _KernelLowering:
                 g = self.row_guard(out.axes)
                 zero = "T.float32(0.0)" if out.dtype == "f32" else "T.int32(0)"
                 self.loop_for(out.axes).assigns.append((self.elem(out), f"T.if_then_else({g}, {load}, {zero})" if g else load))
+            elif isinstance(st, Copy):
+                t = self.spec.inputs[st.tensor]
+                self.buffer(out, self.dtype_src[st.tensor])
+                elem = f"{st.tensor}[{self.tensor_index(t)}]"
+                g = self.row_guard(out.axes)
+                zero = f"T.cast(0, {self.dtype_src[st.tensor]})"
+                self.loop_for(out.axes).assigns.append((self.elem(out), f"T.if_then_else({g}, {elem}, {zero})" if g else elem))
             elif isinstance(st, Map):
                 if out.name in stored and out.name not in consumers:
                     self.inlined[out.name] = st.expr      # computed where it is stored
@@ -329,11 +337,12 @@ class _KernelLowering:
             ids.append((f"b_{a}", f"{idx} % {exts[i]}" if i else idx))
         return [("pid", " * ".join(exts))], ids
 
-    def buffer(self, value):
-        """A tile buffer for a value; never named like a kernel argument (an output keeps its name)."""
+    def buffer(self, value, dtype=None):
+        """A tile buffer for a value; never named like a kernel argument (an output keeps its name).
+        `dtype`: the source of its TileLang dtype, when it is not the value's (copied elements)."""
         name = value.name + "_tile" if value.name in self.spec.tensors else value.name
         self.buffers[value.name] = name
-        self.allocs.append((name, self.tile_shape(value.axes), _alloc_dtype(value.dtype), self.alloc))
+        self.allocs.append((name, self.tile_shape(value.axes), dtype or f'"{_alloc_dtype(value.dtype)}"', self.alloc))
 
     def reduce_source(self, st):
         """The buffer a reduction reads. Over a padded axis, padding must hold the reduction's neutral
@@ -347,7 +356,7 @@ class _KernelLowering:
         neutral = {"absmax": "T.float32(0.0)", "sum": "T.float32(0.0)", "max": "T.float32(-T.infinity('float32'))",
                    "min": "T.infinity('float32')"}[st.kind]
         masked = f"{src}_masked"
-        self.allocs.append((masked, self.tile_shape(st.src.axes), "float32", self.alloc))
+        self.allocs.append((masked, self.tile_shape(st.src.axes), '"float32"', self.alloc))
         idx = ", ".join(f"i_{a}" for a in st.src.axes)
         # padding of a padded axis, or rows past the dynamic size in the last row block
         cond = f"i_{st.axis} < N_{st.axis}" if st.axis in self.padded else self.row_guard(st.src.axes)
@@ -394,14 +403,17 @@ class _KernelLowering:
         return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
     def output_storage(self, t):
+        """Source of the TileLang dtype an output is stored as."""
+        if t.like:
+            return self.dtype_src[t.like]
         if t.format_ref:
             fmt = self.catalog.resolve_format(self.spec, t.format_ref, self.variant, "element")
             native = fmt.native_on(self.arch.backend)
-            return native if (native and fmt.name in self.native) else fmt.storage
+            return repr(native if (native and fmt.name in self.native) else fmt.storage)
         if t.scale_ref:
             fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
-            return fmt.torch_dtype
-        return self.storage(t.dtypes[0])
+            return repr(fmt.torch_dtype)
+        return repr(self.storage(t.dtypes[0]))
 
     def store(self, tname, v):
         t = self.spec.outputs[tname]
@@ -413,8 +425,25 @@ class _KernelLowering:
             if fmt.store == "exponent_byte":
                 src = f'T.cast({_exponent_byte(src)}, "uint8")'
         else:
-            src = self.encode_store(t, src)
+            src = src if t.like else self.encode_store(t, src)
+            if t.axes[-1] != v.axes[-1]:
+                return self.store_transposed(tname, t, v, src)
         self.loop_for(v.axes).stores.append((f"{tname}[{self.tensor_index(t)}]", src))
+
+    def store_transposed(self, tname, t, v, src):
+        """An output whose innermost dim is not the tile's innermost axis: the encoded tile is staged in
+        shared memory in the output's axis order, then stored by a loop over that order, so that
+        consecutive threads write consecutive addresses (a direct store would scatter single elements)."""
+        stage = f"{tname}_staged"
+        dtype = self.output_storage(t)
+        # rows padded by 4 bytes: the transposing writes of consecutive threads fall in distinct banks
+        shape = self.tile_shape(t.axes)[:-1].rstrip(",") + f" + bank_pad({dtype}),)"
+        self.allocs.append((stage, shape, dtype, "T.alloc_shared"))
+        self.buffers[stage] = stage
+        self.loop_for(v.axes).assigns.append((f"{stage}[{', '.join(f'i_{a}' for a in t.axes)}]", src))
+        loop = Loop(self.loop_axes(t.axes), guard=self.row_guard(t.axes))
+        loop.stores.append((f"{tname}[{self.tensor_index(t)}]", f"{stage}[{', '.join(f'i_{a}' for a in t.axes)}]"))
+        self.add_item(loop)
 
     def store_packed(self, tname, t, v, fmt):
         """Pack `per_word` consecutive exponent bytes along the tensor's last axis into one word.
@@ -423,7 +452,7 @@ class _KernelLowering:
         """
         axis, w, bits = t.view[-1][-1], fmt.per_word, fmt.pack["bits"]
         stage = f"{tname}_bytes"
-        self.allocs.append((stage, self.tile_shape(v.axes), "uint32", "T.alloc_shared"))
+        self.allocs.append((stage, self.tile_shape(v.axes), '"uint32"', "T.alloc_shared"))
         self.buffers[stage] = stage
         self.loop_for(v.axes).assigns.append((f"{stage}[{', '.join(f'i_{a}' for a in v.axes)}]",
                                               _exponent_byte(self.value_src(v))))
@@ -450,8 +479,8 @@ class _KernelLowering:
         src, over = st.src, st.over
         rest = [a for a in src.axes if a != over]
         key, best = f"{st.out.name}_key", f"{st.out.name}_best"
-        self.allocs.append((key, self.tile_shape(src.axes), "int64", self.alloc))
-        self.allocs.append((best, self.tile_shape(rest), "int64", self.alloc))
+        self.allocs.append((key, self.tile_shape(src.axes), '"int64"', self.alloc))
+        self.allocs.append((best, self.tile_shape(rest), '"int64"', self.alloc))
         key_fn = topk_key()
         self.helpers.add(key_fn.name)
         tname = stored.get(st.out.name)

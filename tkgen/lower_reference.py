@@ -12,7 +12,7 @@ from typing import List
 from . import expr as E
 from .lower_kernel import py_expr, sym, topk_key
 from .printers import TorchPrinter
-from .stages import Load, Map, Reduce, TopK
+from .stages import Copy, Load, Map, Reduce, TopK
 
 _REDUCE = {"absmax": "_absmax({src}, {dim})", "max": "{src}.amax(dim={dim})", "min": "{src}.amin(dim={dim})",
            "sum": "{src}.sum(dim={dim})"}
@@ -53,9 +53,9 @@ class _ReferenceLowering:
         plan = ReferencePlan(name, args, binds)
         for st in p.steps:
             out = st.out
-            if isinstance(st, Load):
+            if isinstance(st, (Load, Copy)):
                 t = spec.inputs[st.tensor]
-                plan.lines.append(("assign", out.name, self.load(t, st.tensor, out)))
+                plan.lines.append(("assign", out.name, self.load(t, st.tensor, out, raw=isinstance(st, Copy))))
             elif isinstance(st, Map):
                 printer = TorchPrinter(lambda v, axes=out.axes: v.name + _bcast(p.values[v.name].axes, axes))
                 plan.lines.append(("assign", out.name, printer(st.expr)))
@@ -95,9 +95,10 @@ class _ReferenceLowering:
     def view_shape(self, t):
         return "(" + ", ".join(f"N_{a}" for a in t.axes) + ("," if len(t.axes) == 1 else "") + ")"
 
-    def load(self, t, name, value):
+    def load(self, t, name, value, raw=False):
         dt = t.dtypes
         conv = f"{name}.to(torch.int64)" if all(d in ("int32", "int64") for d in dt) else f"{name}.to(torch.float32)"
+        conv = name if raw else conv     # copied elements keep their dtype and bits
         b, r = next(iter(self.spec.axes)), self.spec.row_inner
         for i in self.row_dims(t):
             conv = f"_pad_dim({conv}, {i}, N_{b} * N_{r})"
@@ -118,6 +119,8 @@ class _ReferenceLowering:
         return self._store(t, src, shape, helpers) + trim
 
     def _store(self, t, src, shape, helpers):
+        if t.like:
+            return f"{src}.reshape{shape}"
         if t.scale_ref:
             fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
             if fmt.store == "float":

@@ -71,6 +71,7 @@ class Tensor:
     exact: object
     values: dict
     when: Tuple[tuple, ...] = ()             # (boolean param, shape, shape text, view): the layout when it is true
+    like: Optional[str] = None               # outputs: the input whose dtype (and stored elements) it takes
 
     @property
     def axes(self) -> Tuple[str, ...]:
@@ -326,6 +327,9 @@ def build_op(doc: Document, elements, scales, arch_names) -> OpSpec:
                 raise doc.error(path + ("view",), "the layout must use the same axes as the tensor's view")
             when.append((param, ashape, tuple(str(x) for x in alt["shape"]), aview))
         dtypes = tuple(t["dtypes"]) if "dtypes" in t else ((t["dtype"],) if "dtype" in t else ())
+        like = t.get("like")
+        if like is not None and (role != "output" or like not in d["inputs"]):
+            raise doc.error(base + ("like",), f"`like` names an input ({', '.join(d['inputs'])}) and is for outputs only")
         for i, dt in enumerate(dtypes):
             if dt not in elements and dt not in BUILTIN_DTYPES:
                 raise doc.error(base + ("dtypes" if "dtypes" in t else "dtype",),
@@ -343,7 +347,7 @@ def build_op(doc: Document, elements, scales, arch_names) -> OpSpec:
                     raise doc.error(base + (key,), f"unknown {kind} format {n!r}; expected one of {sorted(table)}")
         exact = t.get("exact", "bit" if role == "output" else None)
         return Tensor(name, role, t.get("doc", ""), dtypes, t.get("format"), t.get("scale_format"), shape,
-                      tuple(str(s) for s in t["shape"]), view, exact, dict(t.get("values", {})), tuple(when))
+                      tuple(str(s) for s in t["shape"]), view, exact, dict(t.get("values", {})), tuple(when), like)
 
     def layout(base, t):
         shape = tuple(_parse(doc, base + ("shape", i), s) for i, s in enumerate(t["shape"]))

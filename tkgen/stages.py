@@ -20,7 +20,8 @@ from . import ir
 from .ir import F32, I32, op
 
 REDUCTIONS = {"absmax": "absmax", "amax": "max", "amin": "min", "sum": "sum"}
-STRUCTURAL = {"load", "topk", "scale_from_amax", *REDUCTIONS}
+STRUCTURAL = {"load", "copy", "topk", "scale_from_amax", *REDUCTIONS}
+RAW = "raw"                    # the dtype of `copy` values: stored elements, moved bit for bit
 # elementwise functions: name -> (arity range, builder over IR args)
 _UNARY_MATH = {"exp", "log", "sqrt", "rsqrt"}
 ELEMENTWISE = {"max": (2, 2), "min": (2, 2), "abs": (1, 1), "clamp": (3, 3), "where": (3, 3),
@@ -39,6 +40,12 @@ class Value:
 @dataclass(frozen=True)
 class Load:
     out: Value
+    tensor: str
+
+
+@dataclass(frozen=True)
+class Copy:
+    out: Value                 # dtype RAW: the input's stored elements, never decoded
     tensor: str
 
 
@@ -156,7 +163,7 @@ class _Builder:
     def statement(self, idx, targets, node):
         fn = node.fn if isinstance(node, E.Call) else None
         nargs = len(node.args) if fn else 0
-        want = {"load": 1, "topk": 3, "scale_from_amax": 3, **{r: 2 for r in REDUCTIONS}}.get(fn)
+        want = {"load": 1, "copy": 1, "topk": 3, "scale_from_amax": 3, **{r: 2 for r in REDUCTIONS}}.get(fn)
         if want is not None and nargs != want:
             self.fail(idx, f"{fn} takes {want} arguments, found {nargs}")
         if fn in STRUCTURAL and fn != "scale_from_amax" and len(targets) != 1:
@@ -169,6 +176,12 @@ class _Builder:
             is_int = all(dt in ("int32", "int64") for dt in tensor.dtypes)
             out = self.define(idx, targets[0], tensor.axes, I32 if is_int else F32)
             self.steps.append(Load(out, t.id))
+        elif fn == "copy":
+            t = node.args[0]
+            if not isinstance(t, E.Name) or t.id not in self.spec.inputs:
+                self.fail(idx, f"copy takes an input tensor ({', '.join(self.spec.inputs)})")
+            out = self.define(idx, targets[0], self.spec.inputs[t.id].axes, RAW)
+            self.steps.append(Copy(out, t.id))
         elif fn in REDUCTIONS:
             src = self.value_arg(idx, node.args[0])
             axis = self.axis_arg(idx, node.args[1])
@@ -210,6 +223,8 @@ class _Builder:
         if isinstance(node, E.Name):
             if node.id in self.values:
                 v = self.values[node.id]
+                if v.dtype == RAW:
+                    self.fail(idx, f"{v.name!r} holds copied elements: it can only be stored to an output")
                 axes.update(v.axes)
                 return ir.Var(v.name, v.dtype)
             self.fail(idx, f"unknown value {node.id!r}; values so far: {sorted(self.values)}")
@@ -243,6 +258,11 @@ class _Builder:
             if name not in self.values:
                 raise StageError(len(self.spec.stages) - 1, f"output {name!r} is never assigned")
             v = self.values[name]
+            src = next((st.tensor for st in self.steps if isinstance(st, Copy) and st.out.name == name), None)
+            if (src is not None or t.like is not None) and src != t.like:
+                raise StageError(len(self.spec.stages) - 1,
+                                 f"output {name!r} must be declared `like: {src}` to hold copy({src})" if src else
+                                 f"output {name!r} is `like: {t.like}`: assign it `copy({t.like})`")
             if set(v.axes) != set(t.axes):
                 raise StageError(len(self.spec.stages) - 1,
                                  f"output {name!r} varies over {list(v.axes)} but its view has axes {list(t.axes)}")

@@ -17,6 +17,7 @@ from .compile import compile_kernel
 
 TORCH_DTYPES = {
     "fp32": torch.float32, "bf16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64,
+    "e4m3": torch.float8_e4m3fn,
     "float32": torch.float32, "bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn,
     "float8_e5m2": torch.float8_e5m2, "uint8": torch.uint8, "int8": torch.int8, "uint16": torch.uint16,
     "int16": torch.int16,
@@ -47,6 +48,7 @@ class OutputInfo:
     shape_fn: Callable                 # (dims, variant) -> container shape
     dtype_fn: Callable                 # variant -> torch dtype name of the container
     exact: object = "bit"              # bit | {"ulp": n} | {"tol": {"rtol": r, "atol": a}}
+    like: Optional[str] = None         # the input whose dtype the output takes (elements copied from it)
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ class OpInfo:
 
 
 def _dtype_name(dt: torch.dtype) -> str:
-    return {v: k for k, v in TORCH_DTYPES.items() if k in ("fp32", "bf16", "int32", "int64")}.get(dt, str(dt))
+    return {v: k for k, v in TORCH_DTYPES.items() if k in ("fp32", "bf16", "e4m3", "int32", "int64")}.get(dt, str(dt))
 
 
 def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> Dict[str, int]:
@@ -138,7 +140,8 @@ def allocate(op: OpInfo, tensors, params, dims=None):
     dims = dims if dims is not None else check(op, tensors, params)
     variant = variant_of(op, params)
     device = tensors[op.inputs[0].name].device
-    return tuple(torch.empty(o.shape_fn(dims, variant), dtype=TORCH_DTYPES[o.dtype_fn(variant)], device=device)
+    return tuple(torch.empty(o.shape_fn(dims, variant), device=device,
+                             dtype=tensors[o.like].dtype if o.like else TORCH_DTYPES[o.dtype_fn(variant)])
                  for o in op.outputs)
 
 

@@ -1,5 +1,8 @@
 """Schedule arithmetic that generated kernel factories run when they specialize."""
 
+_BYTES = {"float32": 4, "int32": 4, "uint32": 4, "bfloat16": 2, "float16": 2, "uint16": 2, "int16": 2,
+          "float8_e4m3fn": 1, "float8_e5m2": 1, "uint8": 1, "int8": 1}
+
 
 def pick_block(extent: int, cap: int, multiple: int = 1) -> int:
     """The block size of an `auto` axis: a divisor of `extent`, at most `cap`, a multiple of `multiple`.
@@ -16,3 +19,8 @@ def pick_block(extent: int, cap: int, multiple: int = 1) -> int:
 def pad_pow2(extent: int) -> int:
     """The next power of two at or above `extent` (tile extent of a padded reduced axis)."""
     return 1 << max(0, (extent - 1).bit_length())
+
+
+def bank_pad(dtype: str) -> int:
+    """Elements that pad a shared-memory row by 4 bytes, so that rows start in different banks."""
+    return max(1, 4 // _BYTES[dtype])
