@@ -15,8 +15,16 @@ def _strategy(name):
     return importlib.import_module(registry.op_package(name).__name__ + ".strategies").cases()
 
 
+def _examples(name):
+    """The spec's `tests.examples` caps the profile's example count (each new specialization compiles)."""
+    from tkgen.model import load_catalog
+    spec = load_catalog(registry.specs_dir()).op(name)
+    return min(settings.default.max_examples, spec.tests.get("examples", settings.default.max_examples))
+
+
 @pytest.mark.parametrize("name", op_names())
 def test_kernel_matches_reference_on_cpu(name):
+    @settings(max_examples=_examples(name))
     @given(_strategy(name))
     def prop(case):
         C.run_case(name, case, "cpu")

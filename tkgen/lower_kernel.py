@@ -431,18 +431,20 @@ class _KernelLowering:
         self.loop_for(v.axes).stores.append((f"{tname}[{self.tensor_index(t)}]", src))
 
     def store_transposed(self, tname, t, v, src):
-        """An output whose innermost dim is not the tile's innermost axis: the encoded tile is staged in
-        shared memory in the output's axis order, then stored by a loop over that order, so that
+        """An output whose innermost dim is not the tile's innermost axis. The encoded tile is staged in
+        shared memory in the tile's own order, written by a loop like any direct store (so the tile keeps
+        its vectorized layout), then read across and stored by a loop over the output's order, so that
         consecutive threads write consecutive addresses (a direct store would scatter single elements)."""
         stage = f"{tname}_staged"
         dtype = self.output_storage(t)
-        # rows padded by 4 bytes: the transposing writes of consecutive threads fall in distinct banks
-        shape = self.tile_shape(t.axes)[:-1].rstrip(",") + f" + bank_pad({dtype}),)"
+        # rows padded by 16 bytes: 16-byte vectors stay aligned and the reads across rows spread over banks
+        shape = self.tile_shape(v.axes)[:-1].rstrip(",") + f" + bank_pad({dtype}),)"
         self.allocs.append((stage, shape, dtype, "T.alloc_shared"))
         self.buffers[stage] = stage
-        self.loop_for(v.axes).assigns.append((f"{stage}[{', '.join(f'i_{a}' for a in t.axes)}]", src))
+        elem = f"{stage}[{', '.join(f'i_{a}' for a in v.axes)}]"
+        self.loop_for(v.axes).assigns.append((elem, src))
         loop = Loop(self.loop_axes(t.axes), guard=self.row_guard(t.axes))
-        loop.stores.append((f"{tname}[{self.tensor_index(t)}]", f"{stage}[{', '.join(f'i_{a}' for a in t.axes)}]"))
+        loop.stores.append((f"{tname}[{self.tensor_index(t)}]", elem))
         self.add_item(loop)
 
     def store_packed(self, tname, t, v, fmt):

@@ -22,5 +22,6 @@ def pad_pow2(extent: int) -> int:
 
 
 def bank_pad(dtype: str) -> int:
-    """Elements that pad a shared-memory row by 4 bytes, so that rows start in different banks."""
-    return max(1, 4 // _BYTES[dtype])
+    """Elements that pad a shared-memory row by 16 bytes: rows start in different banks and 16-byte
+    vectors stay aligned."""
+    return 16 // _BYTES[dtype]

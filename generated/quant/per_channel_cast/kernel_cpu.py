@@ -75,7 +75,7 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
             _t0 = T.alloc_local((B_b, B_h), "float32")
             amax = T.alloc_local((B_b, B_h), "float32")
             inv = T.alloc_local((B_b, B_h), "float32")
-            q_staged = T.alloc_shared((B_h, B_b, B_r + bank_pad('uint8'),), 'uint8')
+            q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('uint8'),), 'uint8')
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
@@ -85,10 +85,10 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
                 if (b_b * B_b + i_b) < N_b:
                     sf[(b_b * B_b + i_b), i_h] = (amax[i_b, i_h] / T.float32(448.0))
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                q_staged[i_h, i_b, i_r] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
+                q_staged[i_b, i_r, i_h] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
             for i_h, i_b, i_r in T.grid(B_h, B_b, B_r):
                 if ((b_b * B_b + i_b) * N_r + i_r) < T_:
-                    q[i_h, ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_h, i_b, i_r]
+                    q[i_h, ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel
 
@@ -152,7 +152,7 @@ def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
             _t0 = T.alloc_local((B_b, B_h), "float32")
             amax = T.alloc_local((B_b, B_h), "float32")
             inv = T.alloc_local((B_b, B_h), "float32")
-            q_staged = T.alloc_shared((B_h, B_b, B_r + bank_pad('uint8'),), 'uint8')
+            q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('uint8'),), 'uint8')
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
@@ -162,10 +162,10 @@ def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
                 if (b_b * B_b + i_b) < N_b:
                     sf[(b_b * B_b + i_b), i_h] = T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                q_staged[i_h, i_b, i_r] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
+                q_staged[i_b, i_r, i_h] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
             for i_h, i_b, i_r in T.grid(B_h, B_b, B_r):
                 if ((b_b * B_b + i_b) * N_r + i_r) < T_:
-                    q[i_h, ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_h, i_b, i_r]
+                    q[i_h, ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel
 
@@ -234,7 +234,7 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
             amax = T.alloc_local((B_b, B_h), "float32")
             sf_bytes = T.alloc_shared((B_b, B_h), "uint32")
             inv = T.alloc_local((B_b, B_h), "float32")
-            q_staged = T.alloc_shared((B_h, B_b, B_r + bank_pad('uint8'),), 'uint8')
+            q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('uint8'),), 'uint8')
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
@@ -247,9 +247,9 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
             for i_b, i_h in T.grid(B_b, B_h):
                 inv[i_b, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                q_staged[i_h, i_b, i_r] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
+                q_staged[i_b, i_r, i_h] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
             for i_h, i_b, i_r in T.grid(B_h, B_b, B_r):
                 if ((b_b * B_b + i_b) * N_r + i_r) < T_:
-                    q[i_h, ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_h, i_b, i_r]
+                    q[i_h, ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel

@@ -78,7 +78,7 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, ti
             _t0 = T.alloc_fragment((B_b, B_h), "float32")
             amax = T.alloc_fragment((B_b, B_h), "float32")
             inv = T.alloc_fragment((B_b, B_h), "float32")
-            q_staged = T.alloc_shared((B_h, B_b, B_r + bank_pad('float8_e4m3fn'),), 'float8_e4m3fn')
+            q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('float8_e4m3fn'),), 'float8_e4m3fn')
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
                 xf[i_b, i_r, i_h] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
@@ -88,10 +88,10 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, ti
                 if (b_b * B_b + i_b) < N_b:
                     sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = (amax[i_b, i_h] / T.float32(448.0))
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                q_staged[i_h, i_b, i_r] = T.cast(T.clamp((xf[i_b, i_r, i_h] * inv[i_b, i_h]), T.float32(-448.0), T.float32(448.0)), "float8_e4m3fn")
+                q_staged[i_b, i_r, i_h] = T.cast(T.clamp((xf[i_b, i_r, i_h] * inv[i_b, i_h]), T.float32(-448.0), T.float32(448.0)), "float8_e4m3fn")
             for i_h, i_b, i_r in T.Parallel(B_h, B_b, B_r):
                 if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[(b_h * B_h + i_h), ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_h, i_b, i_r]
+                    q[(b_h * B_h + i_h), ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel
 
@@ -159,7 +159,7 @@ def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, ti
             _t0 = T.alloc_fragment((B_b, B_h), "float32")
             amax = T.alloc_fragment((B_b, B_h), "float32")
             inv = T.alloc_fragment((B_b, B_h), "float32")
-            q_staged = T.alloc_shared((B_h, B_b, B_r + bank_pad('float8_e4m3fn'),), 'float8_e4m3fn')
+            q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('float8_e4m3fn'),), 'float8_e4m3fn')
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
                 xf[i_b, i_r, i_h] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
@@ -169,10 +169,10 @@ def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, ti
                 if (b_b * B_b + i_b) < N_b:
                     sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                q_staged[i_h, i_b, i_r] = T.cast(T.clamp((xf[i_b, i_r, i_h] * inv[i_b, i_h]), T.float32(-448.0), T.float32(448.0)), "float8_e4m3fn")
+                q_staged[i_b, i_r, i_h] = T.cast(T.clamp((xf[i_b, i_r, i_h] * inv[i_b, i_h]), T.float32(-448.0), T.float32(448.0)), "float8_e4m3fn")
             for i_h, i_b, i_r in T.Parallel(B_h, B_b, B_r):
                 if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[(b_h * B_h + i_h), ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_h, i_b, i_r]
+                    q[(b_h * B_h + i_h), ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel
 
@@ -245,7 +245,7 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, t
             amax = T.alloc_fragment((B_b, B_h), "float32")
             sf_bytes = T.alloc_shared((B_b, B_h), "uint32")
             inv = T.alloc_fragment((B_b, B_h), "float32")
-            q_staged = T.alloc_shared((B_h, B_b, B_r + bank_pad('float8_e4m3fn'),), 'float8_e4m3fn')
+            q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('float8_e4m3fn'),), 'float8_e4m3fn')
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
                 xf[i_b, i_r, i_h] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
@@ -258,9 +258,9 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, t
             for i_b, i_h in T.Parallel(B_b, B_h):
                 inv[i_b, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                q_staged[i_h, i_b, i_r] = T.cast(T.clamp((xf[i_b, i_r, i_h] * inv[i_b, i_h]), T.float32(-448.0), T.float32(448.0)), "float8_e4m3fn")
+                q_staged[i_b, i_r, i_h] = T.cast(T.clamp((xf[i_b, i_r, i_h] * inv[i_b, i_h]), T.float32(-448.0), T.float32(448.0)), "float8_e4m3fn")
             for i_h, i_b, i_r in T.Parallel(B_h, B_b, B_r):
                 if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[(b_h * B_h + i_h), ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_h, i_b, i_r]
+                    q[(b_h * B_h + i_h), ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel
