@@ -110,6 +110,8 @@ class _KernelLowering:
         self.native = set(arch.native_formats)
         self.P = "T.Parallel" if arch.loops == "parallel" else "T.grid"
         self.alloc = "T.alloc_fragment" if arch.tile_memory == "fragment" else "T.alloc_local"
+        # buffers that threads exchange elements through (one thread on the C target: its own memory)
+        self.shared = "T.alloc_shared" if arch.tile_memory == "fragment" else "T.alloc_local"
         self.dyn_axis = next(iter(spec.axes)) if spec.dynamic_dim else None
         self.helpers = set()
         self.buffers = {}            # value name -> buffer name
@@ -439,7 +441,7 @@ class _KernelLowering:
         dtype = self.output_storage(t)
         # rows padded by 16 bytes: 16-byte vectors stay aligned and the reads across rows spread over banks
         shape = self.tile_shape(v.axes)[:-1].rstrip(",") + f" + bank_pad({dtype}),)"
-        self.allocs.append((stage, shape, dtype, "T.alloc_shared"))
+        self.allocs.append((stage, shape, dtype, self.shared))
         self.buffers[stage] = stage
         elem = f"{stage}[{', '.join(f'i_{a}' for a in v.axes)}]"
         self.loop_for(v.axes).assigns.append((elem, src))
@@ -454,7 +456,7 @@ class _KernelLowering:
         """
         axis, w, bits = t.view[-1][-1], fmt.per_word, fmt.pack["bits"]
         stage = f"{tname}_bytes"
-        self.allocs.append((stage, self.tile_shape(v.axes), '"uint32"', "T.alloc_shared"))
+        self.allocs.append((stage, self.tile_shape(v.axes), '"uint32"', self.shared))
         self.buffers[stage] = stage
         self.loop_for(v.axes).assigns.append((f"{stage}[{', '.join(f'i_{a}' for a in v.axes)}]",
                                               _exponent_byte(self.value_src(v))))

@@ -122,7 +122,7 @@ def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads=1, block_b=1
             _t0 = T.alloc_local((B_b, B_r, B_g), "float32")
             _t1 = T.alloc_local((B_b, B_g), "float32")
             amax = T.alloc_local((B_b, B_g), "float32")
-            sf_bytes = T.alloc_shared((B_b, B_g), "uint32")
+            sf_bytes = T.alloc_local((B_b, B_g), "uint32")
             inv = T.alloc_local((B_b, B_g), "float32")
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
                 xf[i_b, i_r, i_g, i_c] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), (i_g * N_c + i_c)]), T.float32(0.0))

@@ -75,7 +75,7 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
             _t0 = T.alloc_local((B_b, B_h), "float32")
             amax = T.alloc_local((B_b, B_h), "float32")
             inv = T.alloc_local((B_b, B_h), "float32")
-            q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('uint8'),), 'uint8')
+            q_staged = T.alloc_local((B_b, B_r, B_h + bank_pad('uint8'),), 'uint8')
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
@@ -152,7 +152,7 @@ def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
             _t0 = T.alloc_local((B_b, B_h), "float32")
             amax = T.alloc_local((B_b, B_h), "float32")
             inv = T.alloc_local((B_b, B_h), "float32")
-            q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('uint8'),), 'uint8')
+            q_staged = T.alloc_local((B_b, B_r, B_h + bank_pad('uint8'),), 'uint8')
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
@@ -191,7 +191,7 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads=1, block_b=1):
             xf = T.alloc_local((B_b, B_r, B_h), "float32")
             _t0 = T.alloc_local((B_b, B_h), "float32")
             amax = T.alloc_local((B_b, B_h), "float32")
-            sf_bytes = T.alloc_shared((B_b, B_h), "uint32")
+            sf_bytes = T.alloc_local((B_b, B_h), "uint32")
             inv = T.alloc_local((B_b, B_h), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
@@ -232,9 +232,9 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
             xf = T.alloc_local((B_b, B_r, B_h), "float32")
             _t0 = T.alloc_local((B_b, B_h), "float32")
             amax = T.alloc_local((B_b, B_h), "float32")
-            sf_bytes = T.alloc_shared((B_b, B_h), "uint32")
+            sf_bytes = T.alloc_local((B_b, B_h), "uint32")
             inv = T.alloc_local((B_b, B_h), "float32")
-            q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('uint8'),), 'uint8')
+            q_staged = T.alloc_local((B_b, B_r, B_h + bank_pad('uint8'),), 'uint8')
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)

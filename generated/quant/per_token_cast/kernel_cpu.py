@@ -111,7 +111,7 @@ def build_e4m3_ue8m0(H, group, x_dtype, *, threads=1, block_t=4):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
-            sf_bytes = T.alloc_shared((B_t, B_g), "uint32")
+            sf_bytes = T.alloc_local((B_t, B_g), "uint32")
             inv = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))

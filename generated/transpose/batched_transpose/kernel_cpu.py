@@ -38,7 +38,7 @@ def build_base(B, N, x_dtype, *, threads=1, block_m=8, block_i=1):
             b_m = pid // (T.ceildiv(N_i, B_i))
             b_i = pid % T.ceildiv(N_i, B_i)
             out_tile = T.alloc_local((B_m, B_i, B_n), STORAGE_x)
-            out_staged = T.alloc_shared((B_m, B_i, B_n + bank_pad(STORAGE_x),), STORAGE_x)
+            out_staged = T.alloc_local((B_m, B_i, B_n + bank_pad(STORAGE_x),), STORAGE_x)
             for i_m, i_i, i_n in T.grid(B_m, B_i, B_n):
                 out_tile[i_m, i_i, i_n] = T.if_then_else((b_m * B_m + i_m) < N_m, x[(b_i * B_i + i_i), (b_m * B_m + i_m), i_n], T.cast(0, STORAGE_x))
                 out_staged[i_m, i_i, i_n] = out_tile[i_m, i_i, i_n]
