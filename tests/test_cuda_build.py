@@ -8,7 +8,9 @@ import pytest
 from tkgen import registry
 from tkgen.runtime.compile import lower_source
 
-CASES = [("per_token_cast", "build_e4m3_ue8m0", (7168, 128, "bf16")), ("topk_gate", "build_base", (256, 8))]
+CASES = [("per_token_cast", "build_e4m3_ue8m0", (7168, 128, "bf16")), ("topk_gate", "build_base", (256, 8)),
+         ("per_channel_cast", "build_e4m3_ue8m0_true", (7168, 32, "bf16")),      # row blocks, staged transposed store
+         ("batched_transpose", "build_base", (8, 7168, "e4m3"))]                   # copied elements
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

@@ -76,3 +76,28 @@ def test_cli_validate_exit_code(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tkgen.cli", "validate", str(registry.specs_dir())],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+BLOCKS = (registry.specs_dir() / "quant" / "per_channel_cast.yaml").read_text()
+MOVE = (registry.specs_dir() / "transpose" / "batched_transpose.yaml").read_text()
+
+
+def test_row_blocks_need_their_inner_axis(tmp_path):
+    e = _check(tmp_path, BLOCKS.replace("r: group_tokens", "r: 64"))
+    assert e.field_path == ("axes", "b") and "rows inside a block" in e.message
+    e = _check(tmp_path, BLOCKS.replace("view: [[b, r], h],\n      values", "view: [[r, b], h],\n      values"))
+    assert e.field_path == ("inputs", "x", "view", 0) and "[b, r]" in e.message
+
+
+def test_layout_params_must_be_boolean(tmp_path):
+    e = _check(tmp_path, BLOCKS.replace("when: {transpose:", "when: {scale:"))
+    assert e.field_path == ("outputs", "q", "when", "scale") and "boolean" in e.message
+    e = _check(tmp_path, BLOCKS.replace("view: [h, [b, r]]}", "view: [h, b]}"))   # checked like any view
+    assert e.field_path[:4] == ("outputs", "q", "when", "transpose") and "[b, r]" in e.message
+
+
+def test_copies_go_to_like_outputs(tmp_path):
+    e = _check(tmp_path, MOVE.replace("out: {like: x,", "out: {dtype: bf16,"))
+    assert e.field_path[0] == "compute" and "like: x" in e.message
+    e = _check(tmp_path, MOVE.replace("out = copy(x)", "out = copy(x) * 2.0"))
+    assert "copied elements" in e.message

@@ -119,8 +119,8 @@ class _ReferenceLowering:
         return self._store(t, src, shape, helpers) + trim
 
     def _store(self, t, src, shape, helpers):
-        if t.like:
-            return f"{src}.reshape{shape}"
+        if t.like:   # dense strides even where dims have size 1 (the result is viewed as bytes)
+            return f"{src}.reshape{shape}.clone(memory_format=torch.contiguous_format)"
         if t.scale_ref:
             fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
             if fmt.store == "float":

@@ -41,7 +41,7 @@ def compare(name, got, want, exact):
         return
     g, w = got.detach().cpu().contiguous(), want.detach().cpu().contiguous()
     if exact == "bit" or exact is None:
-        gb, wb = g.view(torch.uint8).reshape(-1), w.view(torch.uint8).reshape(-1)
+        gb, wb = g.reshape(-1).view(torch.uint8), w.reshape(-1).view(torch.uint8)
         bad = (gb != wb).nonzero().flatten()
         if bad.numel():
             es = g.element_size()

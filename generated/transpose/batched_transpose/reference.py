@@ -17,7 +17,7 @@ def reference_base(x):
     N_n = N
     with torch.device(x.device):
         out = x.reshape(N_i, N_m, N_n).permute(1, 0, 2)
-        return out.permute(1, 2, 0).reshape(B, N, M),
+        return out.permute(1, 2, 0).reshape(B, N, M).clone(memory_format=torch.contiguous_format),
 
 
 VARIANTS = {
