@@ -16,10 +16,7 @@ def tk_per_token_cast(params, dims):
     group, scale = params["group"], params["scale"]
     if group == dims["H"]:
         raise NotImplementedError("TileKernels 2.1.0 removed one scale per row (num_per_channels == H)")
-    kwargs = dict(round_sf=scale in ("pow2", "ue8m0"))
-    if scale == "ue8m0":   # TileKernels packs UE8M0 only in its column-major TMA layout
-        kwargs.update(use_packed_ue8m0=True, use_tma_aligned_col_major_sf=True)
-    return lambda x: tk.quant.per_token_cast(x, params["fmt"], group, **kwargs)
+    return lambda x: tk.quant.per_token_cast(x, params["fmt"], group, **_tk_scale_kwargs(scale))
 
 
 def tk_topk_gate(params, dims):
@@ -27,9 +24,69 @@ def tk_topk_gate(params, dims):
     return lambda scores: tk.moe.topk_gate(scores, params["k"])
 
 
+def _tk_scale_kwargs(scale):
+    kwargs = dict(round_sf=scale in ("pow2", "ue8m0"))
+    if scale == "ue8m0":   # TileKernels packs UE8M0 only in its column-major TMA layout
+        kwargs.update(use_packed_ue8m0=True, use_tma_aligned_col_major_sf=True)
+    return kwargs
+
+
+def _tk_whole_blocks(dims, rows_name, cols_name="H"):
+    if dims[rows_name] % 128 or dims[cols_name] % 128:
+        raise NotImplementedError(f"TileKernels 2.1.0 needs {rows_name} % 128 == 0 and {cols_name} % 128 == 0")
+
+
+def _tk_per_block(function):
+    """An adapter for TileKernels' per-block cast `function` (the full cast or its scales-only mode)."""
+    def adapter(params, dims):
+        fn = getattr(_tile_kernels().quant, function)
+        _tk_whole_blocks(dims, "T")
+        block = (params["block_rows"], params["block_cols"])
+        kwargs = _tk_scale_kwargs(params["scale"])
+        return lambda x: fn(x, params["fmt"], block, **kwargs)
+    return adapter
+
+
+tk_per_block_cast = _tk_per_block("per_block_cast")
+tk_per_block_cast_with_sf_only = _tk_per_block("per_block_cast_with_sf_only")
+
+
+def tk_per_block_cast_with_precomputed_sf(params, dims):
+    tk = _tile_kernels()
+    _tk_whole_blocks(dims, "T")
+    block = (params["block_rows"], params["block_cols"])
+    return lambda x, sf: tk.quant.per_block_cast_with_precomputed_sf(x, params["fmt"], block, sf)
+
+
+def tk_per_channel_cast(params, dims):
+    tk = _tile_kernels()
+    if params["transpose"]:
+        raise NotImplementedError("TileKernels 2.1.0 removed per_channel_cast_and_transpose")
+    _tk_whole_blocks(dims, "T")
+    scale = params["scale"]
+    # TileKernels' packed UE8M0 for per-channel scales packs four row groups per word (tkgen: four channels)
+    kwargs = dict(round_sf=scale in ("pow2", "ue8m0"), use_packed_ue8m0=scale == "ue8m0")
+    return lambda x: tk.quant.per_channel_cast(x, params["fmt"], params["group_tokens"], **kwargs)
+
+
+def tk_batched_transpose(params, dims):
+    tk = _tile_kernels()
+    transpose = getattr(tk, "transpose", None)      # TileKernels 1.x; 2.1.0 removed the subpackage
+    if transpose is None:
+        raise NotImplementedError("TileKernels 2.1.0 has no transpose ops (removed after 1.x)")
+    if dims["M"] % 64 or dims["N"] % 64:
+        raise NotImplementedError("TileKernels' batched_transpose needs M % 64 == 0 and N % 64 == 0")
+    return lambda x: transpose.batched_transpose(x)
+
+
 ADAPTERS = {
     "tilekernels": {
         "per_token_cast": tk_per_token_cast,
         "topk_gate": tk_topk_gate,
+        "per_block_cast": tk_per_block_cast,
+        "per_block_cast_with_sf_only": tk_per_block_cast_with_sf_only,
+        "per_block_cast_with_precomputed_sf": tk_per_block_cast_with_precomputed_sf,
+        "per_channel_cast": tk_per_channel_cast,
+        "batched_transpose": tk_batched_transpose,
     },
 }
