@@ -10,8 +10,10 @@ def test_fuzz_reports_a_shrunk_replayable_counterexample(tmp_path):
     out = tmp_path / "generated"
     shutil.copytree(registry.generated_dir(), out)
     k = out / "moe" / "topk_gate" / "kernel_cpu.py"
-    # break the kernel: ties now go to the larger index
-    k.write_text(k.read_text().replace("T.reduce_min(", "T.reduce_max("))
+    # break the kernel: it now selects the k smallest scores
+    src = k.read_text()
+    assert "order_key(s[" in src
+    k.write_text(src.replace("order_key(s[", "order_key(-s["))
     r = subprocess.run([sys.executable, "-m", "tkgen.cli", "fuzz", "topk_gate", "--examples", "30",
                         "--generated", str(out)], capture_output=True, text=True)
     assert r.returncode == 1, r.stdout

@@ -292,20 +292,16 @@ class _KernelLowering:
         stored = {v.name: tname for tname, v in p.outputs.items()}
         for st in p.steps:
             out = st.out
-            if isinstance(st, Load):
-                t = self.spec.inputs[st.tensor]
-                self.buffer(out)
-                load = f"LOAD_{st.tensor}({st.tensor}[{self.tensor_index(t)}])"
+            if isinstance(st, (Load, Copy)):
+                elem = f"{st.tensor}[{self.tensor_index(self.spec.inputs[st.tensor])}]"
+                if isinstance(st, Copy):          # stored elements, moved as they are
+                    self.buffer(out, self.dtype_src[st.tensor])
+                    load, zero = elem, f"T.cast(0, {self.dtype_src[st.tensor]})"
+                else:
+                    self.buffer(out)
+                    load, zero = f"LOAD_{st.tensor}({elem})", "T.float32(0.0)" if out.dtype == "f32" else "T.int32(0)"
                 g = self.row_guard(out.axes)
-                zero = "T.float32(0.0)" if out.dtype == "f32" else "T.int32(0)"
                 self.loop_for(out.axes).assigns.append((self.elem(out), f"T.if_then_else({g}, {load}, {zero})" if g else load))
-            elif isinstance(st, Copy):
-                t = self.spec.inputs[st.tensor]
-                self.buffer(out, self.dtype_src[st.tensor])
-                elem = f"{st.tensor}[{self.tensor_index(t)}]"
-                g = self.row_guard(out.axes)
-                zero = f"T.cast(0, {self.dtype_src[st.tensor]})"
-                self.loop_for(out.axes).assigns.append((self.elem(out), f"T.if_then_else({g}, {elem}, {zero})" if g else elem))
             elif isinstance(st, Map):
                 if out.name in stored and out.name not in consumers:
                     self.inlined[out.name] = st.expr      # computed where it is stored
