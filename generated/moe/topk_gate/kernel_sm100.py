@@ -33,20 +33,24 @@ def build_base(E, k, *, threads=128, block_t=4):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             s = T.alloc_fragment((B_t, B_e), "float32")
-            idx_key = T.alloc_fragment((B_t, B_e), "int64")
-            idx_best = T.alloc_fragment((B_t,), "int64")
+            idx_key = T.alloc_fragment((B_t, B_e), "int32")
+            idx_cand = T.alloc_fragment((B_t, B_e), "int32")
+            idx_best = T.alloc_fragment((B_t,), "int32")
+            idx_pick = T.alloc_fragment((B_t,), "int32")
             for i_t, i_e in T.Parallel(B_t, B_e):
                 s[i_t, i_e] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_e < N_e), LOAD_scores(scores[(b_t * B_t + i_t), i_e]), T.float32(0.0))
-                idx_key[i_t, i_e] = T.if_then_else(i_e < N_e, ((T.cast(order_key(s[i_t, i_e]), "int64") << T.int64(32)) | T.cast(T.int32(2147483647) - i_e, "int64")), T.min_value("int64"))
-            # unrolled while short: the rounds then overlap (1.04x faster for k = 8 on an H200)
+                idx_key[i_t, i_e] = T.if_then_else(i_e < N_e, order_key(s[i_t, i_e]), T.int32(-2147483648))
+            # unrolled while short: the rounds overlap (3-4% faster for k = 8 on an H200)
             for i_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                # the largest packed key is this round's pick. Retire it by its low word (the index: unique,
-                # a 32-bit compare) and a high word below every real key (only that word changes)
+                # the largest remaining key, then the smallest index that holds it; then retire that index
                 T.reduce_max(idx_key, idx_best, dim=1)
+                for i_t, i_e in T.Parallel(B_t, B_e):
+                    idx_cand[i_t, i_e] = T.if_then_else(idx_key[i_t, i_e] == idx_best[i_t], i_e, N_e)
+                T.reduce_min(idx_cand, idx_pick, dim=1)
                 for i_t in T.Parallel(B_t):
                     if (b_t * B_t + i_t) < N_t:
-                        idx[(b_t * B_t + i_t), i_j] = T.cast((T.int32(2147483647) - T.cast(idx_best[i_t] & T.int64(2147483647), "int32")), "int64")
+                        idx[(b_t * B_t + i_t), i_j] = T.cast(idx_pick[i_t], "int64")
                 for i_t, i_e in T.Parallel(B_t, B_e):
-                    idx_key[i_t, i_e] = T.if_then_else(T.cast(idx_key[i_t, i_e], "int32") == T.cast(idx_best[i_t], "int32"), (idx_key[i_t, i_e] & T.int64(4294967295)) | T.min_value("int64"), idx_key[i_t, i_e])
+                    idx_key[i_t, i_e] = T.if_then_else(i_e == idx_pick[i_t], T.int32(-2147483648), idx_key[i_t, i_e])
 
     return kernel
