@@ -77,6 +77,50 @@ def tk_batched_transpose(params, dims):
     if dims["M"] % 64 or dims["N"] % 64:
         raise NotImplementedError("TileKernels' batched_transpose needs M % 64 == 0 and N % 64 == 0")
     return lambda x: transpose.batched_transpose(x)
+def tk_swiglu_forward(params, dims):
+    tk = _tile_kernels()
+    return lambda x, weights=None: tk.quant.swiglu_forward(x, params["fmt"], topk_weights=weights)
+
+
+def tk_swiglu_forward_and_per_token_cast(params, dims):
+    tk = _tile_kernels()
+    if params["group"] not in (32, 128):
+        raise NotImplementedError("TileKernels 2.1.0 casts SwiGLU outputs in groups of 32 or 128 only")
+    kwargs = _tk_scale_kwargs(params["scale"])
+    return lambda x, weights=None: tk.quant.swiglu_forward_and_per_token_cast(
+        x, params["fmt"], params["group"], topk_weights=weights, **kwargs)
+
+
+def tk_swiglu_backward(params, dims):
+    tk = _tile_kernels()
+
+    def run(x, grad_out, weights=None):
+        # TileKernels returns the weight gradient only with weights; its x_grad dtype is `fmt`
+        fmt = "bf16" if x.dtype.itemsize == 2 else "fp32"
+        return tk.quant.swiglu_backward(x, grad_out, fmt, topk_weights=weights)
+    return run
+
+
+def tk_rmsnorm_forward(params, dims):
+    tk = _tile_kernels()
+    return lambda x, weight=None, residual=None: tk.quant.norm_forward(
+        x, weight, params["eps"], residual=residual, out_scale=params["out_scale"], with_rstd=True)
+
+
+def tk_rmsnorm_forward_and_per_token_cast(params, dims):
+    tk = _tile_kernels()
+    if params["group"] != 32:
+        raise NotImplementedError("TileKernels 2.1.0 casts normalized rows in groups of 32 only")
+    kwargs = _tk_scale_kwargs(params["scale"])
+    return lambda x, weight=None, residual=None: tk.quant.norm_forward_and_per_token_cast(
+        x, weight, params["eps"], params["fmt"], params["group"], residual=residual, out_scale=params["out_scale"],
+        with_rstd=True, **kwargs)
+
+
+def tk_rmsnorm_backward(params, dims):
+    tk = _tile_kernels()
+    return lambda grad_out, x, rstd, weight=None, grad_residual=None: tk.quant.norm_backward(
+        grad_out, x, weight, rstd, residual_out_grad=grad_residual, out_scale=params["out_scale"])
 
 
 ADAPTERS = {
@@ -88,5 +132,11 @@ ADAPTERS = {
         "per_block_cast_with_precomputed_sf": tk_per_block_cast_with_precomputed_sf,
         "per_channel_cast": tk_per_channel_cast,
         "batched_transpose": tk_batched_transpose,
+        "swiglu_forward": tk_swiglu_forward,
+        "swiglu_forward_and_per_token_cast": tk_swiglu_forward_and_per_token_cast,
+        "swiglu_backward": tk_swiglu_backward,
+        "rmsnorm_forward": tk_rmsnorm_forward,
+        "rmsnorm_forward_and_per_token_cast": tk_rmsnorm_forward_and_per_token_cast,
+        "rmsnorm_backward": tk_rmsnorm_backward,
     },
 }

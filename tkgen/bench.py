@@ -130,6 +130,9 @@ def workload_inputs(pkg, workload, device, copies):
     for c in range(copies):
         tensors = {}
         for info in op.inputs:
+            if info.optional and info.name not in workload.get("dtypes", {}):
+                tensors[info.name] = None       # an optional input is present when the workload gives its dtype
+                continue
             dtype = workload.get("dtypes", {}).get(info.name, info.dtypes[0])
             recipe = {"dtype": dtype, "seed": 1234 + c, "scale_exp": 0, "style": "normal", "specials": []}
             tensors[info.name] = materialize(recipe, tuple(info.shape_fn(env)), "cpu").to(device)
@@ -152,16 +155,17 @@ def bench_op(name, device, against, adapters, reps=30, log=print, schedule=None)
         probe, params = workload_inputs(pkg, wl, torch.device("cpu") if device.type == "cpu" else device, 1)
         dims = check(pkg.OP, probe[0], params)
         launch, outs = prepare(pkg.OP, probe[0], params, schedule=schedule, dims=dims)
-        nbytes = sum(t.numel() * t.element_size() for t in probe[0].values()) + \
+        nbytes = sum(t.numel() * t.element_size() for t in probe[0].values() if t is not None) + \
             sum(o.numel() * o.element_size() for o in outs)
         copies = max(1, min(16, -(-2 * L2_BYTES // max(nbytes, 1)))) if device.type == "cuda" else 1
         sets, _ = workload_inputs(pkg, wl, device, copies)
         label = wl["name"] + " " + ",".join(f"{k}={v}" for k, v in wl["dims"].items())
-        ops = op_count(spec, cat, {**dims, **params})
+        present = {f"?{n}": probe[0][n] is not None for n in spec.optional_inputs}
+        ops = op_count(spec, cat, {**dims, **params, **present})
         impls = {}
         launches = [prepare(pkg.OP, s, params, schedule=schedule)[0] for s in sets]
         impls["tkgen"] = (launches, "")
-        ref = ref_mod.VARIANTS[variant_of(pkg.OP, params)]
+        ref = ref_mod.VARIANTS[variant_of(pkg.OP, params, probe[0])]
         statics = [params[p.name] for p in pkg.OP.params if not p.structural]
         args_of = lambda s: [s[i.name] for i in pkg.OP.inputs] + statics  # noqa: E731
         if "torch" in against:

@@ -19,6 +19,7 @@ def _ops(e) -> int:
 def op_count(spec, catalog, env: dict) -> int:
     """Operations of one call with sizes and params `env` (dims and params by name)."""
     variant = {p.name: env[p.name] for p in spec.structural_params}
+    variant.update({f"?{n}": env.get(f"?{n}", False) for n in spec.optional_inputs})   # optional inputs given
     program = build_program(spec, catalog.elements, catalog.scales, variant)
     size = lambda axes: prod(evaluate(spec.axes[a].extent, env) for a in axes)  # noqa: E731
     total = 0

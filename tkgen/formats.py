@@ -185,6 +185,14 @@ def decoder(fmt: ElementFormat) -> Function:
     return Function(f"decode_{fmt.name}", (code,), tuple(b.lets), value, f"{fmt.name} code -> float32, exact")
 
 
+def rounder(fmt: ElementFormat) -> Function:
+    """float32 -> float32 rounded to `fmt` (nearest even, the format's overflow rule), exactly."""
+    x = Var("x", F32)
+    code = ir.Call(f"encode_{fmt.name}", (x,), U32)
+    return Function(f"round_{fmt.name}", (x,), (), ir.Call(f"decode_{fmt.name}", (code,), F32),
+                    f"float32 rounded to {fmt.name} and widened back")
+
+
 def exponent_byte(sf: ir.Expr) -> ir.Expr:
     """The biased exponent of a power-of-two float32 (its UE8M0 byte), as u32."""
     return op("bitand", op("shr", op("bits", sf), u32(23)), u32(0xFF))

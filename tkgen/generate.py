@@ -19,7 +19,9 @@ import jinja2
 
 from . import formats as F
 from .lower_kernel import _KernelLowering, py_expr, topk_key
+from .autograd import plan as autograd_plan
 from .lower_reference import lower_reference
+from .model import binding
 from .printers import TileLangPrinter, TorchPrinter, function_lines
 from .stages import build_program
 
@@ -91,8 +93,9 @@ def op_module(catalog, spec, header):
     for p in spec.params.values():
         rng = f"lambda d: ({_d(p.range[0])}, {_d(p.range[1])})" if p.range else None
         params.append(dict(name=p.name, choices=repr(p.choices) if p.choices else None, range=rng,
-                           structural=p.structural, doc=p.doc, default=repr(p.default)))
-    inputs = [dict(name=t.name, dtypes=repr(t.dtypes), shape=repr(t.shape_text),
+                           structural=p.structural, doc=p.doc, default=repr(p.default), kind=repr(p.kind)))
+    inputs = [dict(name=t.name, dtypes=repr(t.dtypes), shape=repr(t.shape_text), optional=t.optional,
+                   binds=repr(tuple(binding(s, spec.dims) for s in t.shape)), like=repr(t.like),
                    shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)") for t in spec.inputs.values()]
     outputs = []
     for name in spec.outputs:
@@ -101,6 +104,8 @@ def op_module(catalog, spec, header):
             v = spec.variant_name(variant)
             t = spec.resolved(variant).outputs[name]
             dims = [_d(s) for s in t.shape]
+            if t.when and not variant[f"?{t.when}"]:
+                dims = ["0"]            # not written in this variant: an empty tensor
             if t.scale_ref:
                 fmt = catalog.resolve_format(spec, t.scale_ref, variant, "scale")
                 if fmt.pack:
@@ -114,38 +119,51 @@ def op_module(catalog, spec, header):
                 dt = t.dtypes[0]
                 dtypes[v] = dt if dt in ("int32", "int64") else catalog.elements[dt].torch_dtype
             shapes[v] = "(" + ", ".join(dims) + ",)"
-        outputs.append(dict(name=name, shapes=shapes, dtypes=repr(dtypes), exact=repr(t.exact), like=repr(t.like)))
+        dtype_fn = f"lambda v, dt: dt[{t.like!r}]" if t.like else f"lambda v, dt: {dtypes!r}[v]"
+        dyn = next(iter(spec.axes)) if spec.dynamic_dim else None
+        accumulate = any(name in build_program(spec, catalog.elements, catalog.scales, v).accumulated(dyn)
+                         for v in spec.variants())
+        outputs.append(dict(name=name, shapes=shapes, dtype_fn=dtype_fn, exact=repr(t.exact), when=repr(t.when),
+                            accumulate=accumulate))
     dims = [dict(name=d.name, dynamic=d.dynamic, min=d.min, max=d.max) for d in spec.dims.values()]
     requires = [(text, _d(node)) for d in spec.dims.values() for text, node in d.require]
     factory_args = tuple([d.name for d in spec.dims.values() if not d.dynamic] + [p.name for p in spec.static_params])
-    custom_args = [f"{t}: torch.Tensor" for t in spec.inputs] + \
-                  [f"{p.name}: {'bool' if p.boolean else 'str' if p.structural else 'int'}" for p in spec.params.values()]
+    custom_args = [f"{n}: {'Optional[torch.Tensor]' if t.optional else 'torch.Tensor'}" for n, t in spec.inputs.items()] + \
+                  [f"{p.name}: {'bool' if p.boolean else 'str' if p.structural else p.kind}" for p in spec.params.values()]
     plain_args = list(spec.inputs) + list(spec.params)
-    public_args = list(spec.inputs) + [f"{p.name}={p.default!r}" if p.default is not None else p.name
-                                       for p in spec.params.values()]
-    # params without defaults must come before those with: keep declaration order, required first
-    public_args = list(spec.inputs) + [a for a in public_args[len(spec.inputs):] if "=" not in a] + \
-                  [a for a in public_args[len(spec.inputs):] if "=" in a]
+    required = [n for n, t in spec.inputs.items() if not t.optional]
+    optional = [f"{n}=None" for n, t in spec.inputs.items() if t.optional]
+    with_default = [f"{p.name}={p.default!r}" for p in spec.params.values() if p.default is not None]
+    # arguments without defaults come first: required inputs and params, in declaration order
+    public_args = required + [p.name for p in spec.params.values() if p.default is None] + optional + with_default
     n_out = len(spec.outputs)
     returns = "tuple[" + ", ".join(["torch.Tensor"] * n_out) + "]" if n_out > 1 else "torch.Tensor"
-    return render("op.py.j2", header=header, op=spec, params=params, inputs=inputs, outputs=outputs, dims=dims,
+    ag = autograd_plan(catalog, spec)
+    if ag is not None:
+        ag.public_args = public_args
+        ag.call_args = [f"{a.split('=')[0]}={a.split('=')[0]}" for a in public_args]
+    return render("op.py.j2", header=header, op=spec, autograd=ag,
+                  optional_inputs=spec.optional_inputs, static_params=[p.name for p in spec.params.values()], params=params, inputs=inputs, outputs=outputs, dims=dims,
                   requires=requires, factory_args=repr(factory_args), custom_args=custom_args,
-                  plain_args=plain_args, public_args=public_args, returns=returns, docstring=docstring(catalog, spec))
+                  plain_args=plain_args, public_args=public_args, returns=returns, docstring=docstring(catalog, spec),
+                  has_optional=bool(spec.optional_inputs))
 
 
 def docstring(catalog, spec) -> str:
     lines = [" ".join(spec.doc.split()), "", "Args:"]
     for t in spec.inputs.values():
-        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {' or '.join(t.dtypes)}, contiguous, cpu or cuda.")
+        opt = " Optional (None: as if every element were {!r}).".format(t.absent) if t.optional else ""
+        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {' or '.join(t.dtypes)}, contiguous, cpu or cuda.{opt}")
     for p in spec.params.values():
-        allowed = (", ".join(map(str, p.choices)) if p.choices else
+        allowed = ("a number" if p.kind == "float" else ", ".join(map(str, p.choices)) if p.choices else
                    f"an integer in [{', '.join(py_expr(r, tl=False) for r in p.range)}]")
         lines.append(f"    {p.name}: {p.doc} ({allowed}; default {p.default!r}).")
     lines += ["", "Returns:"]
     for t in spec.outputs.values():
         kind = (f"format `{t.format_ref}`" if t.format_ref else f"scale format `{t.scale_ref}`" if t.scale_ref
                 else f"the dtype of `{t.like}`" if t.like else t.dtypes[0])
-        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.")
+        when = f" Empty unless `{t.when}` is given." if t.when else ""
+        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{when}")
     lines.append("")
     lines.append(f"Generated from {_rel(catalog, spec.path)}.")
     return "\n    ".join(line.replace('"""', "'''") for line in lines)
@@ -161,7 +179,9 @@ def strategies_module(catalog, spec, header):
                list(range(max(1, d.min), min(d.max or 64, 64) + 1))
         steps.append(dict(kind="choices", name=d.name, options=[repr(v) for v in vals]))
     for p in spec.params.values():
-        if p.choices is not None:
+        if p.kind == "float":
+            steps.append(dict(kind="choices", name=p.name, options=[repr(v) for v in p.test_values]))
+        elif p.choices is not None:
             steps.append(dict(kind="choices", name=p.name,
                               options=[f'd["{c}"]' if isinstance(c, str) and c in spec.dims else repr(c) for c in p.choices]))
         else:
@@ -172,11 +192,12 @@ def strategies_module(catalog, spec, header):
             from .expr import names as names_of
             requires.append((text, repr(tuple(sorted(names_of(node)))), _d(node)))
     inputs = [dict(name=t.name, dtypes=repr(t.dtypes), specials=repr(tuple(t.values.get("specials", ()))),
+                   optional=t.optional, like=t.like,
                    finite=t.values.get("finite", True) if "finite" in t.values else
                    not ({"inf", "nan"} & set(t.values.get("specials", ()))),
                    shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)") for t in spec.inputs.values()]
     return render("strategies.py.j2", header=header.replace('"', "'"), op=spec.name, steps=steps, requires=requires,
-                  inputs=inputs, max_rows=spec.tests.get("max_rows", 40), dim_names=list(spec.dims),
+                  inputs=inputs, max_rows=spec.tests.get("max_rows", 40), examples=spec.tests.get("examples", 100), dim_names=list(spec.dims),
                   param_names=list(spec.params))
 
 
@@ -187,7 +208,7 @@ def helper_functions(catalog):
         fmt = catalog.elements[name]
         if fmt.is_float32:
             continue
-        fns += [F.encoder(fmt), F.decoder(fmt)]
+        fns += [F.encoder(fmt), F.decoder(fmt), F.rounder(fmt)]
     fns.append(topk_key())
     return fns
 

@@ -114,6 +114,22 @@ def children(e: Expr):
     return e.args if isinstance(e, (Op, Call)) else ()
 
 
+def var_names(e: Expr) -> set:
+    """The names of every Var in the expression."""
+    out = {e.name} if isinstance(e, Var) else set()
+    for a in children(e):
+        out |= var_names(a)
+    return out
+
+
+def call_names(e: Expr) -> set:
+    """The names of every helper the expression calls."""
+    out = {e.fn} if isinstance(e, Call) else set()
+    for a in children(e):
+        out |= call_names(a)
+    return out
+
+
 def substitute(e: Expr, mapping: dict) -> Expr:
     """Replace Vars by name."""
     if isinstance(e, Var):

@@ -14,7 +14,7 @@ from typing import List, Optional
 from . import expr as E
 from . import ir
 from .printers import TileLangPrinter
-from .stages import Copy, Load, Map, Reduce, TopK
+from .stages import RAW, Copy, Load, Map, Reduce, TopK
 
 RESERVED_IDENTIFIERS = {"T", "tilelang", "kernel", "torch"}
 
@@ -97,7 +97,7 @@ class KernelPlan:
     preamble: List[tuple]             # (name, python source) evaluated in the factory
     checks: List[tuple]               # (condition source, message) checked in the factory
     storages: List[tuple]             # (name, {dtype: storage}) per multi-dtype input
-    loaders: List[tuple]              # (name, {dtype: lambda source})
+    dispatch: List[tuple]             # (name, input, {dtype: lambda source}): per-dtype functions (LOAD_x ...)
     tensors: List[tuple]              # (name, shape source, dtype source)
     grid: List[tuple]                 # (block var, extent source) of T.Kernel
     block_ids: List[tuple]            # (b_<axis>, source) when several tiled axes share one block index
@@ -136,7 +136,10 @@ class _KernelLowering:
         for name, ax in self.spec.axes.items():
             pre.append((f"N_{name}", py_expr(ax.extent)))
         kinds = {}
+        used = self.program.used_axes
         for name in self.spec.axes:
+            if name not in used:
+                continue            # only indexed at a fixed position (`take`): no tile extent, no loop
             want = block.get(name, 1 if name == self.dyn_axis else "auto")
             if name == self.dyn_axis:
                 kinds[name] = ("dyn", want if isinstance(want, int) else 1)
@@ -176,10 +179,11 @@ class _KernelLowering:
 
     def _view_inner_axes(self):
         """Axes that are not the major axis of a split tensor dim must be whole (their index is not tiled)."""
-        inner = set()
+        inner, used = set(), self.program.used_axes
         for t in self.spec.tensors.values():
             for group in t.view:
-                inner.update(group[1:])
+                live = [a for a in group if a in used]     # an axis held at a fixed index is not the major
+                inner.update(live[1:])
         return inner
 
     def _pack_multiple(self, axis):
@@ -193,7 +197,7 @@ class _KernelLowering:
     def gidx(self, axis):
         return f"(b_{axis} * B_{axis} + i_{axis})" if axis in self.tiled else f"i_{axis}"
 
-    def row_guard(self, axes):
+    def row_guard(self, axes, extra=()):
         """In-range condition of a tile element: rows past the dynamic size exist in the last block (its
         block size is a schedule knob), and padded axes run past their extent."""
         conds = []
@@ -203,15 +207,16 @@ class _KernelLowering:
                 conds.append(f"({self.gidx(self.dyn_axis)} * N_{inner} + i_{inner}) < {sym(self.spec.dynamic_dim)}")
             else:
                 conds.append(f"{self.gidx(self.dyn_axis)} < N_{self.dyn_axis}")
-        conds += [f"i_{a} < N_{a}" for a in axes if a in self.padded]
+        conds += [f"i_{a} < N_{a}" for a in axes if a in self.padded] + list(extra)
         return " and ".join(conds) if len(conds) < 2 else "(" + ") & (".join(conds) + ")"
 
-    def tensor_index(self, tensor, axes_override=None):
+    def tensor_index(self, tensor, fixed=()):
+        at = {a: str(i) for a, i in fixed}
         parts = []
         for group in tensor.view:
-            idx = self.gidx(group[0])
+            idx = at.get(group[0]) or self.gidx(group[0])
             for a in group[1:]:
-                idx = f"({idx} * N_{a} + {self.gidx(a)})"
+                idx = f"({idx} * N_{a} + {at.get(a) or self.gidx(a)})"
             parts.append(idx)
         return ", ".join(parts)
 
@@ -237,14 +242,26 @@ class _KernelLowering:
             return f'lambda v: decode_{fmt.name}(T.cast(v, "uint32"))'
         return 'lambda v: T.cast(v, "int32")'
 
+    def rounder(self, dtype_name):
+        fmt = self.catalog.elements[dtype_name]
+        if fmt.is_float32:
+            return "lambda v: v"
+        self.helpers.add(f"round_{fmt.name}")
+        return f"round_{fmt.name}"
+
     def encode_store(self, tensor, value_src):
         """Source that converts a float32 (or index) value into the element type `tensor` stores."""
+        if tensor.like:
+            return f"STORE_{tensor.name}({value_src})"
         if tensor.format_ref:
             fmt = self.catalog.resolve_format(self.spec, tensor.format_ref, self.variant, "element")
         elif tensor.dtypes[0] in ("int32", "int64"):
             return f'T.cast({value_src}, "{tensor.dtypes[0]}")'
         else:
             fmt = self.catalog.elements[tensor.dtypes[0]]
+        return self.encode_format(fmt, value_src)
+
+    def encode_format(self, fmt, value_src):
         native = fmt.native_on(self.arch.backend)
         if native and fmt.name in self.native:
             if fmt.is_float32:
@@ -277,27 +294,38 @@ class _KernelLowering:
         consumers = set()
         for st in p.steps:
             consumers |= self._sources(st)
-        tensors, storages, loaders, args = [], [], [], []
+        tensors, storages, dispatch, args = [], [], [], []
         args += [sym(d.name) for d in self.spec.dims.values() if not d.dynamic]
         args += [sym(prm.name) for prm in self.spec.static_params]
         self.dtype_src = {}
         for tname, t in self.spec.inputs.items():
-            if len(t.dtypes) > 1:
+            if t.like:
+                self.dtype_src[tname] = self.dtype_src[t.like]
+            elif len(t.dtypes) > 1:
                 args.append(f"{tname}_dtype")
                 storages.append((tname, {dt: self.storage(dt) for dt in t.dtypes}))
                 self.dtype_src[tname] = f"STORAGE_{tname}"
             else:
                 self.dtype_src[tname] = repr(self.storage(t.dtypes[0]))
-            loaders.append((tname, {dt: self.loader(dt) for dt in t.dtypes}))
+            if t.optional and not self.variant.get(f"?{tname}"):
+                continue            # absent in this variant: not a kernel argument
+            dispatch.append((f"LOAD_{tname}", t.like or tname, {dt: self.loader(dt) for dt in t.dtypes}))
             tensors.append((tname, self.shape_src(t), self.dtype_src[tname]))
+        for tname in sorted(p.rounds):
+            dispatch.append((f"ROUND_{tname}", tname, {dt: self.rounder(dt) for dt in self.spec.inputs[tname].dtypes}))
         for tname, t in self.spec.outputs.items():
+            if tname not in p.outputs:
+                continue            # an output this variant does not write
+            if t.like and p.outputs[tname].dtype != RAW:     # computed values in the dtype of `like`
+                dispatch.append((f"STORE_{tname}", t.like,
+                                 {dt: f"lambda v: {self.encode_format(self.catalog.elements[dt], 'v')}" for dt in t.dtypes}))
             tensors.append((tname, self.shape_src(t, packed=True), self.output_storage(t)))
         self.printer = TileLangPrinter(self._var_src)
         stored = {v.name: tname for tname, v in p.outputs.items()}
         for st in p.steps:
             out = st.out
             if isinstance(st, (Load, Copy)):
-                elem = f"{st.tensor}[{self.tensor_index(self.spec.inputs[st.tensor])}]"
+                elem = f"{st.tensor}[{self.tensor_index(self.spec.inputs[st.tensor], getattr(st, 'fixed', ()))}]"
                 if isinstance(st, Copy):          # stored elements, moved as they are
                     self.buffer(out, self.dtype_src[st.tensor])
                     load, zero = elem, f"T.cast(0, {self.dtype_src[st.tensor]})"
@@ -305,8 +333,13 @@ class _KernelLowering:
                     self.buffer(out)
                     load, zero = f"LOAD_{st.tensor}({elem})", "T.float32(0.0)" if out.dtype == "f32" else "T.int32(0)"
                 g = self.row_guard(out.axes)
+                # each load in a loop of its own: TileLang then vectorizes it to 16 bytes on sm_90a (a loop
+                # that also loads or computes other tiles gets 8-byte accesses)
+                self.current = None
                 self.loop_for(out.axes).assigns.append((self.elem(out), f"T.if_then_else({g}, {load}, {zero})" if g else load))
+                self.current = None
             elif isinstance(st, Map):
+                self.helpers |= {n for n in ir.call_names(st.expr) if not n.startswith("ROUND_")}
                 if out.name in stored and out.name not in consumers:
                     self.inlined[out.name] = st.expr      # computed where it is stored
                 else:
@@ -322,7 +355,7 @@ class _KernelLowering:
                 continue
             if out.name in stored:
                 self.store(stored[out.name], out)
-        return KernelPlan(name, args, pre, checks, storages, loaders, tensors,
+        return KernelPlan(name, args, pre, checks, storages, dispatch, tensors,
                           *self.grid(), self.knobs, self.allocs, self.body,
                           sorted(self.helpers))
 
@@ -351,7 +384,7 @@ class _KernelLowering:
         value: loads fill padding with 0, which serves absmax and sum of loaded values; anything else
         is reduced from a masked copy."""
         src = self.buffers[st.src.name]
-        if st.axis not in self.padded and st.axis != self.spec.row_inner:
+        if st.axis not in self.padded and st.axis not in (self.spec.row_inner, self.dyn_axis):
             return src
         if st.kind in ("absmax", "sum") and self._zero_filled(st.src.name):
             return src
@@ -374,7 +407,7 @@ class _KernelLowering:
 
     def _sources(self, st):
         if isinstance(st, Map):
-            return set(_vars(st.expr))
+            return ir.var_names(st.expr)
         if isinstance(st, (Reduce, TopK)):
             return {st.src.name}
         return set()
@@ -387,10 +420,15 @@ class _KernelLowering:
     def value_src(self, value, at=None):
         """Source of a value's element: its buffer, or its expression when it was inlined."""
         if value.name in self.inlined:
-            return TileLangPrinter(lambda v: self.value_src(self.program.values[v.name], at))(self.inlined[value.name])
+            return TileLangPrinter(lambda v: self._var_src(v) if v.name in self.program.scalars or v.name[0] == "#"
+                                   else self.value_src(self.program.values[v.name], at))(self.inlined[value.name])
         return self.elem(value, at)
 
     def _var_src(self, v: ir.Var):
+        if v.name.startswith("#"):          # an axis index (join)
+            return self.gidx(v.name[1:])
+        if v.name in self.program.scalars:
+            return f"T.float32({sym(v.name)})"
         return self.value_src(self.program.values[v.name])
 
     def tile_shape(self, axes):
@@ -427,10 +465,19 @@ class _KernelLowering:
             if fmt.store == "exponent_byte":
                 src = f'T.cast({_exponent_byte(src)}, "uint8")'
         else:
-            src = src if t.like else self.encode_store(t, src)
-            if t.axes[-1] != v.axes[-1]:
-                return self.store_transposed(tname, t, v, src)
+            src = src if v.dtype == RAW else self.encode_store(t, src)
+        if self.accumulates(v):
+            # a sum over the rows of every block: each block adds its partial sum (the output starts at 0)
+            self.loop_for(v.axes).stores.append((None, f"T.atomic_add({tname}[{self.tensor_index(t)}], {src})"))
+            return
+        if not t.scale_ref and t.axes[-1] != v.axes[-1]:
+            return self.store_transposed(tname, t, v, src)
         self.loop_for(v.axes).stores.append((f"{tname}[{self.tensor_index(t)}]", src))
+
+    def accumulates(self, v):
+        """Whether a value is a sum over the dynamic axis (outputs of it are accumulated across blocks)."""
+        return any(isinstance(st, Reduce) and st.out.name == v.name and st.axis == self.dyn_axis
+                   for st in self.program.steps)
 
     def store_transposed(self, tname, t, v, src):
         """An output whose innermost dim is not the tile's innermost axis. The encoded tile is staged in
@@ -460,8 +507,11 @@ class _KernelLowering:
         self.buffers[stage] = stage
         self.loop_for(v.axes).assigns.append((f"{stage}[{', '.join(f'i_{a}' for a in v.axes)}]",
                                               _exponent_byte(self.value_src(v))))
+        # words past the packed tensor's end are not stored (their bytes are masked below)
+        guard = self.row_guard([a for a in v.axes if a != axis],
+                               [f"i_{axis}w * {w} < N_{axis}"] if axis in self.padded else [])
         loop = Loop([(f"i_{a}w" if a == axis else f"i_{a}", f"T.ceildiv(B_{a}, {w})" if a == axis else f"B_{a}")
-                     for a in v.axes], guard=self.row_guard(v.axes))
+                     for a in v.axes], guard=guard)
         terms = []
         for j in range(w):
             local = f"i_{axis}w * {w} + {j}"
@@ -508,13 +558,6 @@ def _exponent_byte(src):
 
 def _alloc_dtype(dt):
     return {"f32": "float32", "i32": "int32", "u32": "uint32", "bool": "bool"}[dt]
-
-
-def _vars(e):
-    if isinstance(e, ir.Var):
-        yield e.name
-    for a in ir.children(e):
-        yield from _vars(a)
 
 
 def topk_key() -> ir.Function:

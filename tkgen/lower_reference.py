@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from typing import List
 
 from . import expr as E
+from . import ir
 from .lower_kernel import py_expr, sym, topk_key
+from .model import binding
 from .printers import TorchPrinter
-from .stages import Copy, Load, Map, Reduce, TopK
+from .stages import RAW, Copy, Load, Map, Reduce, TopK
 
 _REDUCE = {"absmax": "_absmax({src}, {dim})", "max": "{src}.amax(dim={dim})", "min": "{src}.amin(dim={dim})",
            "sum": "{src}.sum(dim={dim})"}
@@ -41,23 +43,38 @@ class _ReferenceLowering:
 
     def build(self, name):
         spec, p = self.spec, self.program
-        args = [n for n in spec.inputs] + [sym(x.name) for x in spec.static_params]
+        args = [n for n in spec.inputs] + [sym(x.name) for x in spec.static_params] + ["_given=None"]
         binds, bound = [], set()
-        for tname, t in spec.inputs.items():
+        # sizes bind from required inputs first: an optional one may be None
+        for tname, t in sorted(spec.inputs.items(), key=lambda kv: kv[1].optional):
+            if t.optional and not self.variant.get(f"?{tname}"):
+                continue
             for i, s in enumerate(t.shape):
-                if isinstance(s, E.Name) and s.id in spec.dims and s.id not in bound:
-                    binds.append((sym(s.id), f"{tname}.shape[{i}]"))
-                    bound.add(s.id)
+                b = binding(s, spec.dims)
+                if b and b[0] not in bound:
+                    binds.append((sym(b[0]), f"{tname}.shape[{i}]" + (f" // {b[1]}" if b[1] > 1 else "")))
+                    bound.add(b[0])
         for ax_name, ax in spec.axes.items():
             binds.append((f"N_{ax_name}", py_expr(ax.extent, tl=False)))
+        for tname in sorted(p.rounds):
+            table = ", ".join(f"torch.{self.catalog.elements[dt].torch_dtype}: "
+                              f"{'_same' if self.catalog.elements[dt].is_float32 else 'round_' + dt}"
+                              for dt in spec.inputs[tname].dtypes)
+            binds.append((f"ROUND_{tname}", f"{{{table}}}[{tname}.dtype]"))
         plan = ReferencePlan(name, args, binds)
+        plan.helpers |= {f"round_{dt}" for t in p.rounds for dt in spec.inputs[t].dtypes
+                         if not self.catalog.elements[dt].is_float32}
+        given = {g for t in spec.outputs.values() if isinstance(t.exact, dict) for g in t.exact.get("given", ())}
+        stored = {v.name: tname for tname, v in p.outputs.items()}
         for st in p.steps:
             out = st.out
             if isinstance(st, (Load, Copy)):
                 t = spec.inputs[st.tensor]
-                plan.lines.append(("assign", out.name, self.load(t, st.tensor, out, raw=isinstance(st, Copy))))
+                plan.lines.append(("assign", out.name, self.load(t, st.tensor, out, getattr(st, "fixed", ()),
+                                                                 raw=isinstance(st, Copy))))
             elif isinstance(st, Map):
-                printer = TorchPrinter(lambda v, axes=out.axes: v.name + _bcast(p.values[v.name].axes, axes))
+                printer = TorchPrinter(lambda v, axes=out.axes: self._var(v, axes))
+                plan.helpers |= {n for n in ir.call_names(st.expr) if not n.startswith("ROUND_")}
                 plan.lines.append(("assign", out.name, printer(st.expr)))
             elif isinstance(st, Reduce):
                 plan.lines.append(("assign", out.name,
@@ -70,7 +87,16 @@ class _ReferenceLowering:
                                                 over=st.src.axes.index(st.over), n_over=f"N_{st.over}",
                                                 n_new=f"N_{st.new}", stack_dim=stack_dim,
                                                 index_shape=self._index_shape(st.src.axes, st.over))))
+            if stored.get(out.name) in given:
+                # the kernel's value of this output replaces the reference's, so that what follows is
+                # compared bit for bit (exact: {given: [...]})
+                plan.lines.append(("assign", out.name, f"_given[{stored[out.name]!r}].to(torch.float32).reshape"
+                                   f"({out.name}.shape) if _given and {stored[out.name]!r} in _given else {out.name}"))
         for tname, t in spec.outputs.items():
+            if tname not in p.outputs:
+                dt = f"{t.like}.dtype" if t.like else f"torch.{self.container(t)}"
+                plan.returns.append(f"torch.empty(0, dtype={dt})")
+                continue
             plan.returns.append(self.store(t, p.outputs[tname], plan.helpers))
         return plan
 
@@ -88,6 +114,20 @@ class _ReferenceLowering:
         """Tensor dims indexed by [row block, row]: the dynamic dim, padded to whole row blocks inside."""
         b, r = next(iter(self.spec.axes)), self.spec.row_inner
         return [i for i, group in enumerate(t.view) if r is not None and tuple(group) == (b, r)]
+    def _var(self, v, axes):
+        if v.name.startswith("#"):          # an axis index (join)
+            a = v.name[1:]
+            return f"torch.arange(N_{a}).reshape({', '.join('-1' if x == a else '1' for x in axes)})"
+        if v.name in self.program.scalars:
+            return f"_f32(float({sym(v.name)}))"
+        return v.name + _bcast(self.program.values[v.name].axes, axes)
+
+    def container(self, t):
+        if t.format_ref:
+            return self.catalog.resolve_format(self.spec, t.format_ref, self.variant, "element").torch_dtype
+        if t.scale_ref:
+            return self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale").torch_dtype
+        return t.dtypes[0] if t.dtypes[0] in ("int32", "int64") else self.catalog.elements[t.dtypes[0]].torch_dtype
 
     def _index_shape(self, axes, over):
         return "(" + ", ".join(f"N_{a}" if a == over else "1" for a in axes) + ("," if len(axes) == 1 else "") + ")"
@@ -95,7 +135,7 @@ class _ReferenceLowering:
     def view_shape(self, t):
         return "(" + ", ".join(f"N_{a}" for a in t.axes) + ("," if len(t.axes) == 1 else "") + ")"
 
-    def load(self, t, name, value, raw=False):
+    def load(self, t, name, value, fixed=(), raw=False):
         dt = t.dtypes
         conv = f"{name}.to(torch.int64)" if all(d in ("int32", "int64") for d in dt) else f"{name}.to(torch.float32)"
         conv = name if raw else conv     # copied elements keep their dtype and bits
@@ -103,7 +143,11 @@ class _ReferenceLowering:
         for i in self.row_dims(t):
             conv = f"_pad_dim({conv}, {i}, N_{b} * N_{r})"
         src = f"{conv}.reshape{self.view_shape(t)}"
-        perm = [t.axes.index(a) for a in value.axes]
+        axes = list(t.axes)
+        for a, i in fixed:
+            src += f".select({axes.index(a)}, {i})"
+            axes.remove(a)
+        perm = [axes.index(a) for a in value.axes]
         return src + (f".permute{tuple(perm)}" if perm != sorted(perm) else "")
 
     def store(self, t, value, helpers):
@@ -116,10 +160,10 @@ class _ReferenceLowering:
         shape = "(" + ", ".join(f"N_{b} * N_{r}" if i in rows else py_expr(s, tl=False)
                                 for i, s in enumerate(t.shape)) + ("," if len(t.shape) == 1 else "") + ")"
         trim = "".join(f".narrow({i}, 0, {sym(self.spec.dynamic_dim)})" for i in rows)
-        return self._store(t, src, shape, helpers) + trim
+        return self._store(t, src, shape, helpers, raw=value.dtype == RAW) + trim
 
-    def _store(self, t, src, shape, helpers):
-        if t.like:   # dense strides even where dims have size 1 (the result is viewed as bytes)
+    def _store(self, t, src, shape, helpers, raw=False):
+        if raw:      # copied elements; dense strides even where dims have size 1 (the result is viewed as bytes)
             return f"{src}.reshape{shape}.clone(memory_format=torch.contiguous_format)"
         if t.scale_ref:
             fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
@@ -129,6 +173,17 @@ class _ReferenceLowering:
             if fmt.pack:
                 return f"_pack_words({byte}, {fmt.per_word}, {fmt.pack['bits']}, torch.{fmt.pack['word']})"
             return f"{byte}.to(torch.uint8)"
+        if t.like:
+            table = []
+            for dt in t.dtypes:
+                fmt = self.catalog.elements[dt]
+                if fmt.is_float32:
+                    table.append(f"torch.{fmt.torch_dtype}: _same")
+                else:
+                    helpers.add(f"encode_{fmt.name}")
+                    table.append(f"torch.{fmt.torch_dtype}: lambda v: _codes_as(encode_{fmt.name}(v), "
+                                 f"torch.{fmt.storage}, torch.{fmt.torch_dtype})")
+            return f"{{{', '.join(table)}}}[{t.like}.dtype]({src}).reshape{shape}"
         if t.format_ref or t.dtypes[0] not in ("int32", "int64"):
             fmt = (self.catalog.resolve_format(self.spec, t.format_ref, self.variant, "element") if t.format_ref
                    else self.catalog.elements[t.dtypes[0]])

@@ -27,6 +27,8 @@ class Param:
     choices: Optional[Tuple]          # one_of
     range: Optional[Tuple]            # (low expr, high expr)
     default: object
+    kind: str = "int"                 # int | str | float (float params have neither one_of nor range)
+    test_values: Tuple = ()           # float params: the values the strategies draw
 
     @property
     def structural(self) -> bool:
@@ -70,8 +72,11 @@ class Tensor:
     view: Tuple[Tuple[str, ...], ...]        # per tensor dim, the axes (major first) that index it
     exact: object
     values: dict
-    when: Tuple[tuple, ...] = ()             # (boolean param, shape, shape text, view): the layout when it is true
-    like: Optional[str] = None               # outputs: the input whose dtype (and stored elements) it takes
+    layouts: Tuple[tuple, ...] = ()          # outputs: (boolean param, shape, shape text, view), the layout when it is true
+    optional: bool = False                   # inputs: may be None; each presence compiles its own kernel
+    absent: Optional[float] = None           # inputs: the value `load` gives when the input is None
+    like: Optional[str] = None               # same element type as this input (its dtype at the call)
+    when: Optional[str] = None               # outputs: written only when this optional input is given
 
     @property
     def axes(self) -> Tuple[str, ...]:
@@ -79,10 +84,22 @@ class Tensor:
 
     def resolved(self, variant: dict) -> "Tensor":
         """The tensor's layout in one variant: the `when` layout of the first boolean param that is true."""
-        for param, shape, text, view in self.when:
+        for param, shape, text, view in self.layouts:
             if variant.get(param) is True:
-                return dataclasses.replace(self, shape=shape, shape_text=text, view=view, when=())
-        return dataclasses.replace(self, when=()) if self.when else self
+                return dataclasses.replace(self, shape=shape, shape_text=text, view=view, layouts=())
+        return dataclasses.replace(self, layouts=()) if self.layouts else self
+
+
+def binding(node, dims):
+    """(dim, factor) when a shape entry is a dim or a constant multiple of one (`H`, `2 * H`), else None:
+    the size of that tensor dim binds the dim at call time."""
+    if isinstance(node, E.Name) and node.id in dims:
+        return node.id, 1
+    if isinstance(node, E.Binary) and node.op == "*":
+        for k, n in ((node.lhs, node.rhs), (node.rhs, node.lhs)):
+            if isinstance(k, E.Num) and isinstance(k.value, int) and k.value > 0 and isinstance(n, E.Name) and n.id in dims:
+                return n.id, k.value
+    return None
 
 
 @dataclass(frozen=True)
@@ -131,6 +148,7 @@ class OpSpec:
     tests: dict
     doc_ref: Document = field(repr=False, default=None)
     row_inner: Optional[str] = None          # rows inside a row block, when the first axis is ceildiv(T, n)
+    backward: Optional[dict] = None           # the autograd formula (tkgen/autograd.py)
 
     @property
     def tensors(self) -> Dict[str, Tensor]:
@@ -149,19 +167,30 @@ class OpSpec:
     def static_params(self):
         return [p for p in self.params.values() if not p.structural]
 
+    @property
+    def optional_inputs(self):
+        return [t.name for t in self.inputs.values() if t.optional]
+
     def variants(self):
-        """Every combination of structural params: one generated kernel factory each."""
+        """Every combination of structural params and optional-input presence: one kernel factory each.
+
+        Presence is keyed `?<input>` in the variant dict."""
         sp = self.structural_params
-        for combo in itertools.product(*(p.choices for p in sp)):
-            yield dict(zip((p.name for p in sp), combo))
+        opt = self.optional_inputs
+        for combo in itertools.product(*(p.choices for p in sp), *([(False, True)] * len(opt))):
+            v = dict(zip((p.name for p in sp), combo[:len(sp)]))
+            v.update({f"?{n}": b for n, b in zip(opt, combo[len(sp):])})
+            yield v
 
     @staticmethod
     def variant_name(variant: dict) -> str:
-        return "_".join(str(v).lower() if isinstance(v, bool) else str(v) for v in variant.values()) or "base"
+        parts = [str(v).lower() if isinstance(v, bool) else str(v) for k, v in variant.items() if not k.startswith("?")]
+        parts += [f"with_{k[1:]}" for k, v in variant.items() if k.startswith("?") and v]
+        return "_".join(parts) or "base"
 
     def resolved(self, variant: dict) -> "OpSpec":
         """The spec as one variant sees it: every output in the layout its boolean params select."""
-        if not any(t.when for t in self.outputs.values()):
+        if not any(t.layouts for t in self.outputs.values()):
             return self
         return dataclasses.replace(self, outputs={n: t.resolved(variant) for n, t in self.outputs.items()})
 
@@ -281,6 +310,12 @@ def build_op(doc: Document, elements, scales, arch_names) -> OpSpec:
             raise doc.error(("params", name, "one_of"), "a boolean param takes only true and false")
         if choices is not None and default is not None and default not in choices:
             raise doc.error(("params", name, "default"), f"default {default!r} is not one of {list(choices)}")
+        if p.get("type") == "float":
+            if default is None:
+                raise doc.error(("params", name), "a float param needs a default")
+            tv = tuple(float(v) for v in p.get("test_values", [default]))
+            params[name] = Param(name, p["doc"], None, None, float(default), "float", tv)
+            continue
         params[name] = Param(name, p["doc"], choices, rng, default)
     dims = {}
     for name, dd in d["dims"].items():
@@ -316,7 +351,10 @@ def build_op(doc: Document, elements, scales, arch_names) -> OpSpec:
         claim(name, role, base)
         shape, view = layout(base, t)
         when = []
-        for param, alt in t.get("when", {}).items():
+        # `when:` names the condition an output depends on: an optional input (written only when it is
+        # given) or, as a mapping, boolean params (the layout it takes when the param is true)
+        optional_when = t.get("when") if isinstance(t.get("when"), str) else None
+        for param, alt in (t.get("when") if isinstance(t.get("when"), dict) else {}).items():
             path = base + ("when", param)
             if role != "output":
                 raise doc.error(path, "only outputs can change layout with a param")
@@ -328,8 +366,8 @@ def build_op(doc: Document, elements, scales, arch_names) -> OpSpec:
             when.append((param, ashape, tuple(str(x) for x in alt["shape"]), aview))
         dtypes = tuple(t["dtypes"]) if "dtypes" in t else ((t["dtype"],) if "dtype" in t else ())
         like = t.get("like")
-        if like is not None and (role != "output" or like not in d["inputs"]):
-            raise doc.error(base + ("like",), f"`like` names an input ({', '.join(d['inputs'])}) and is for outputs only")
+        if like is not None and (like not in d["inputs"] or like == name):
+            raise doc.error(base + ("like",), f"`like` names another input ({', '.join(d['inputs'])})")
         for i, dt in enumerate(dtypes):
             if dt not in elements and dt not in BUILTIN_DTYPES:
                 raise doc.error(base + ("dtypes" if "dtypes" in t else "dtype",),
@@ -346,8 +384,14 @@ def build_op(doc: Document, elements, scales, arch_names) -> OpSpec:
                 if n not in table:
                     raise doc.error(base + (key,), f"unknown {kind} format {n!r}; expected one of {sorted(table)}")
         exact = t.get("exact", "bit" if role == "output" else None)
+        for key in ("optional", "absent") if role == "output" else ("when",):
+            if key in t:
+                raise doc.error(base + (key,), f"`{key}` is for {'inputs' if role == 'output' else 'outputs'} only")
+        if t.get("optional") and "absent" not in t:
+            raise doc.error(base + ("optional",), "an optional input needs `absent:`, the value `load` gives without it")
         return Tensor(name, role, t.get("doc", ""), dtypes, t.get("format"), t.get("scale_format"), shape,
-                      tuple(str(s) for s in t["shape"]), view, exact, dict(t.get("values", {})), tuple(when), like)
+                      tuple(str(s) for s in t["shape"]), view, exact, dict(t.get("values", {})), tuple(when),
+                      bool(t.get("optional", False)), t.get("absent"), like, optional_when)
 
     def layout(base, t):
         shape = tuple(_parse(doc, base + ("shape", i), s) for i, s in enumerate(t["shape"]))
@@ -369,6 +413,24 @@ def build_op(doc: Document, elements, scales, arch_names) -> OpSpec:
 
     inputs = {n: tensor("input", n, t) for n, t in d["inputs"].items()}
     outputs = {n: tensor("output", n, t) for n, t in d["outputs"].items()}
+    for n, t in inputs.items():
+        if t.like:
+            if t.like not in inputs or inputs[t.like].like or not inputs[t.like].dtypes or t.dtypes:
+                raise doc.error(("inputs", n, "like"), "`like` (instead of a dtype) names another input with dtypes")
+            inputs[n] = Tensor(**{**t.__dict__, "dtypes": inputs[t.like].dtypes})
+    for n, t in outputs.items():
+        if t.like and (t.like not in inputs or not inputs[t.like].dtypes):
+            raise doc.error(("outputs", n, "like"), f"`like` names an input with a dtype; expected one of {list(inputs)}")
+        if t.like:
+            outputs[n] = t = Tensor(**{**t.__dict__, "dtypes": inputs[t.like].dtypes})
+        if t.when and (t.when not in inputs or not inputs[t.when].optional):
+            raise doc.error(("outputs", n, "when"), f"`when` names an optional input; optional inputs are "
+                                                    f"{[i for i in inputs if inputs[i].optional]}")
+        if isinstance(t.exact, dict) and "given" in t.exact:
+            for g in t.exact["given"]:
+                if g == n or d["outputs"].get(g, {}).get("dtype") != "fp32":
+                    raise doc.error(("outputs", n, "exact", "given"),
+                                    f"{g!r}: `given` names another output of dtype fp32 (fed back to the reference exactly)")
     stages = []
     for i, text in enumerate(d["compute"]):
         try:
@@ -381,7 +443,8 @@ def build_op(doc: Document, elements, scales, arch_names) -> OpSpec:
         if key != "default" and key not in arch_names:
             raise doc.error(("schedule", key), f"unknown architecture {key!r}; expected default or one of {sorted(arch_names)}")
     spec = OpSpec(d["op"], d["family"], d["doc"], doc.path, doc.sha256, params, dims, axes, inputs, outputs,
-                  tuple(stages), schedule, tuple(d.get("workloads", ())), dict(d.get("tests", {})), doc, row_inner)
+                  tuple(stages), schedule, tuple(d.get("workloads", ())), dict(d.get("tests", {})), doc, row_inner,
+                  d.get("backward"))
     from .stages import typecheck  # the stage library checks what the compute stages mean
 
     typecheck(spec, elements, scales)
@@ -410,7 +473,11 @@ def load_catalog(root) -> Catalog:
             if spec.name in ops:
                 raise doc.error(("op",), f"operator {spec.name!r} is defined twice")
             ops[spec.name] = spec
-    return Catalog(root, ops, elements, scales, archs, docs)
+    catalog = Catalog(root, ops, elements, scales, archs, docs)
+    from .autograd import plan   # a backward block names another op: checked once all are loaded
+    for spec in ops.values():
+        plan(catalog, spec)
+    return catalog
 
 
 def validate_files(paths, root=None):

@@ -107,8 +107,10 @@ class TorchPrinter:
             return f"torch.isnan({a[0]})"
         if o == "select":
             return f"torch.where({a[0]}, {a[1]}, {a[2]})"
-        if o in ("exp", "log", "sqrt", "rsqrt"):
-            return f"torch.{o}({a[0]})"
+        if o in ("exp", "log", "rsqrt"):
+            return f"_{o}({a[0]})"          # mirrors the target's math library (torch_prims)
+        if o == "sqrt":
+            return f"torch.sqrt({a[0]})"
         if o == "bits":
             return f"_bits({a[0]})"
         if o == "from_bits":

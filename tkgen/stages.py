@@ -20,12 +20,12 @@ from . import ir
 from .ir import F32, I32, op
 
 REDUCTIONS = {"absmax": "absmax", "amax": "max", "amin": "min", "sum": "sum"}
-STRUCTURAL = {"load", "copy", "topk", "scale_from_amax", *REDUCTIONS}
+STRUCTURAL = {"load", "copy", "topk", "scale_from_amax", "take", "join", *REDUCTIONS}
 RAW = "raw"                    # the dtype of `copy` values: stored elements, moved bit for bit
 # elementwise functions: name -> (arity range, builder over IR args)
 _UNARY_MATH = {"exp", "log", "sqrt", "rsqrt"}
 ELEMENTWISE = {"max": (2, 2), "min": (2, 2), "abs": (1, 1), "clamp": (3, 3), "where": (3, 3),
-               "sigmoid": (1, 1), **{f: (1, 1) for f in _UNARY_MATH}}
+               "sigmoid": (1, 1), "round_to": (2, 2), **{f: (1, 1) for f in _UNARY_MATH}}
 _BINOPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne", "<": "lt", "<=": "le",
            ">": "gt", ">=": "ge", "and": "and", "or": "or"}
 
@@ -41,6 +41,7 @@ class Value:
 class Load:
     out: Value
     tensor: str
+    fixed: Tuple[Tuple[str, int], ...] = ()   # (axis, index): axes of the tensor's view held at one index
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,18 @@ class Program:
     steps: List[object]
     outputs: Dict[str, Value]
     whole_axes: set = field(default_factory=set)   # axes that a block must hold entirely
+    scalars: Dict[str, str] = field(default_factory=dict)   # params and dims used as values: name -> param|dim
+    rounds: set = field(default_factory=set)       # inputs whose dtype a `round_to(input, v)` rounds to
+
+    def accumulated(self, dyn_axis) -> set:
+        """Outputs that are sums over the dynamic axis: every block adds into them, so they start at 0."""
+        sums = {st.out.name for st in self.steps if isinstance(st, Reduce) and st.axis == dyn_axis}
+        return {t for t, v in self.outputs.items() if v.name in sums}
+
+    @property
+    def used_axes(self) -> set:
+        """Axes some value varies over (an axis only held at a fixed index by `take` is not one)."""
+        return {a for v in self.values.values() for a in v.axes}
 
 
 class StageError(ValueError):
@@ -131,6 +144,9 @@ class _Builder:
         self.values: Dict[str, Value] = {}
         self.steps: List[object] = []
         self.whole = set()
+        self.consts: Dict[str, ir.Expr] = {}     # loads of absent optional inputs: their `absent` value
+        self.scalars: Dict[str, str] = {}
+        self.rounds = set()
 
     def fail(self, idx, msg):
         raise StageError(idx, msg)
@@ -154,8 +170,10 @@ class _Builder:
         return self.values[node.id]
 
     def define(self, idx, name, axes, dtype):
-        if name in self.values or name in self.spec.inputs:
+        if name in self.values or name in self.spec.inputs or name in self.consts:
             self.fail(idx, f"{name!r} is assigned twice")
+        if name in self.spec.params or name in self.spec.dims or name in self.spec.axes:
+            self.fail(idx, f"{name!r} names a param, dim or axis; choose another name for the value")
         v = Value(name, _order(self.spec, axes), dtype)
         self.values[name] = v
         return v
@@ -163,9 +181,11 @@ class _Builder:
     def statement(self, idx, targets, node):
         fn = node.fn if isinstance(node, E.Call) else None
         nargs = len(node.args) if fn else 0
-        want = {"load": 1, "copy": 1, "topk": 3, "scale_from_amax": 3, **{r: 2 for r in REDUCTIONS}}.get(fn)
+        want = {"load": 1, "copy": 1, "topk": 3, "scale_from_amax": 3, "take": 3, **{r: 2 for r in REDUCTIONS}}.get(fn)
         if want is not None and nargs != want:
             self.fail(idx, f"{fn} takes {want} arguments, found {nargs}")
+        if fn == "join" and nargs < 3:
+            self.fail(idx, "join(v0, v1, ..., axis) takes two or more values and a new axis")
         if fn in STRUCTURAL and fn != "scale_from_amax" and len(targets) != 1:
             self.fail(idx, f"{fn} produces one value; found {len(targets)} names to assign")
         if fn == "load":
@@ -174,6 +194,11 @@ class _Builder:
                 self.fail(idx, f"load takes an input tensor ({', '.join(self.spec.inputs)})")
             tensor = self.spec.inputs[t.id]
             is_int = all(dt in ("int32", "int64") for dt in tensor.dtypes)
+            if tensor.optional and not self.variant.get(f"?{t.id}"):
+                self.define(idx, targets[0], (), F32)        # checks the name; the value is a constant
+                del self.values[targets[0]]
+                self.consts[targets[0]] = ir.c(tensor.absent, I32 if is_int else F32)
+                return
             out = self.define(idx, targets[0], tensor.axes, I32 if is_int else F32)
             self.steps.append(Load(out, t.id))
         elif fn == "copy":
@@ -182,6 +207,33 @@ class _Builder:
                 self.fail(idx, f"copy takes an input tensor ({', '.join(self.spec.inputs)})")
             out = self.define(idx, targets[0], self.spec.inputs[t.id].axes, RAW)
             self.steps.append(Copy(out, t.id))
+        elif fn == "join":
+            # join(v0, v1, ..., axis): a value over `axis` (extent = number of parts) whose slice i is vi
+            axis = self.axis_arg(idx, node.args[-1])
+            axes = set()
+            parts = [self.elementwise(idx, a, axes) for a in node.args[:-1]]
+            if axis in axes:
+                self.fail(idx, f"join: the parts must not vary over the new axis {axis!r}")
+            if len({p.dtype for p in parts}) != 1:
+                self.fail(idx, "join: the parts must have one dtype")
+            at = ir.Var(f"#{axis}", I32)                  # the index along `axis`
+            e = parts[-1]
+            for i in range(len(parts) - 2, -1, -1):
+                e = op("select", op("eq", at, ir.Const(i, I32)), parts[i], e)
+            self.steps.append(Map(self.define(idx, targets[0], axes | {axis}, e.dtype), e))
+        elif fn == "take":
+            src = self.value_arg(idx, node.args[0])
+            axis = self.axis_arg(idx, node.args[1])
+            at = node.args[2]
+            load = next((x for x in self.steps if isinstance(x, Load) and x.out.name == src.name), None)
+            if load is None:
+                self.fail(idx, "take(v, axis, i) takes a loaded value: `take(load(x), s, 0)`")
+            if axis not in src.axes:
+                self.fail(idx, f"{src.name!r} does not vary over axis {axis!r}")
+            if not isinstance(at, E.Num) or not isinstance(at.value, int) or at.value < 0:
+                self.fail(idx, "take(v, axis, i): i must be a non-negative integer literal")
+            out = self.define(idx, targets[0], [a for a in src.axes if a != axis], src.dtype)
+            self.steps.append(Load(out, load.tensor, load.fixed + ((axis, at.value),)))
         elif fn in REDUCTIONS:
             src = self.value_arg(idx, node.args[0])
             axis = self.axis_arg(idx, node.args[1])
@@ -227,6 +279,15 @@ class _Builder:
                     self.fail(idx, f"{v.name!r} holds copied elements: it can only be stored to an output")
                 axes.update(v.axes)
                 return ir.Var(v.name, v.dtype)
+            if node.id in self.consts:
+                return self.consts[node.id]
+            p = self.spec.params.get(node.id)
+            d = self.spec.dims.get(node.id)
+            if (p is not None and not p.structural) or (d is not None and not d.dynamic):
+                self.scalars[node.id] = "param" if p is not None else "dim"
+                return ir.Var(node.id, F32)
+            if p is not None or d is not None:
+                self.fail(idx, f"{node.id!r} cannot be a value: only numeric params and static dims can")
             self.fail(idx, f"unknown value {node.id!r}; values so far: {sorted(self.values)}")
         if isinstance(node, E.Unary):
             a = rec(node.arg)
@@ -245,6 +306,8 @@ class _Builder:
             lo, hi = ELEMENTWISE[node.fn]
             if not lo <= len(node.args) <= hi:
                 self.fail(idx, f"{node.fn} takes {lo} argument(s), found {len(node.args)}")
+            if node.fn == "round_to":
+                return self.round_to(idx, node.args[0], rec(node.args[1]))
             args = [rec(a) for a in node.args]
             try:
                 return _elementwise(node.fn, args)
@@ -252,22 +315,54 @@ class _Builder:
                 self.fail(idx, f"{node.fn}: {e}")
         self.fail(idx, f"unsupported expression {E.to_source(node)!r}")
 
+    def round_to(self, idx, target, v):
+        """round_to(f, v): v rounded to element format f (a format, a param naming one, or an input,
+        meaning that input's dtype) and widened back to f32, exactly."""
+        if v.dtype != F32:
+            self.fail(idx, "round_to rounds float values")
+        if isinstance(target, E.Name) and target.id in self.spec.inputs:
+            t = self.spec.inputs[target.id]
+            if any(dt not in self.elements for dt in t.dtypes):
+                self.fail(idx, f"round_to({target.id}, v): {target.id!r} has no float dtype")
+            self.rounds.add(target.id)
+            return ir.Call(f"ROUND_{target.id}", (v,), F32)
+        fmt = self.format_arg(idx, target, self.elements, "element")
+        return v if fmt.is_float32 else ir.Call(f"round_{fmt.name}", (v,), F32)
+
+    def prune(self, outputs):
+        """Drop steps whose value nothing uses (a load whose halves were all taken)."""
+        live = {v.name for v in outputs.values()}
+        kept = []
+        for st in reversed(self.steps):
+            if st.out.name not in live and isinstance(st, (Load, Map)):
+                continue
+            kept.append(st)
+            if isinstance(st, Map):
+                live |= ir.var_names(st.expr)
+            elif isinstance(st, (Reduce, TopK)):
+                live.add(st.src.name)
+        self.steps = kept[::-1]
+        for name in [n for n in self.values if n not in live]:
+            del self.values[name]
+
     def finish(self):
         outputs = {}
         for name, t in self.spec.outputs.items():
+            if t.when and not self.variant.get(f"?{t.when}"):
+                continue            # not written in this variant
             if name not in self.values:
                 raise StageError(len(self.spec.stages) - 1, f"output {name!r} is never assigned")
             v = self.values[name]
             src = next((st.tensor for st in self.steps if isinstance(st, Copy) and st.out.name == name), None)
-            if (src is not None or t.like is not None) and src != t.like:
-                raise StageError(len(self.spec.stages) - 1,
-                                 f"output {name!r} must be declared `like: {src}` to hold copy({src})" if src else
-                                 f"output {name!r} is `like: {t.like}`: assign it `copy({t.like})`")
+            if src is not None and src != t.like:      # a `like` output may also hold computed values
+                raise StageError(len(self.spec.stages) - 1, f"output {name!r} must be declared `like: {src}` to hold copy({src})")
             if set(v.axes) != set(t.axes):
                 raise StageError(len(self.spec.stages) - 1,
                                  f"output {name!r} varies over {list(v.axes)} but its view has axes {list(t.axes)}")
             outputs[name] = v
-        return Program(self.values, self.steps, outputs, self.whole)
+        self.prune(outputs)
+        return Program(self.values, self.steps, outputs, self.whole, self.scalars, self.rounds)
+
 
 
 def _elementwise(fn, args) -> ir.Expr:

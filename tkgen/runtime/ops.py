@@ -32,6 +32,7 @@ class ParamInfo:
     structural: bool
     doc: str
     default: object = None
+    kind: str = "int"                  # int | str | float
 
 
 @dataclass(frozen=True)
@@ -40,15 +41,24 @@ class InputInfo:
     dtypes: Tuple[str, ...]
     shape: Tuple[str, ...]             # per dim: a dim name to bind, or an expression text checked after binding
     shape_fn: Callable                 # dims -> expected shape
+    optional: bool = False             # may be None
+    binds: Tuple = ()                  # per tensor dim: (dim, factor) when its size is factor * dim, else None
+    like: Optional[str] = None         # must have the dtype of this input
+
+    @property
+    def dtype_arg(self) -> bool:
+        """Whether the kernel factory takes this input's dtype (several allowed, not tied to another)."""
+        return len(self.dtypes) > 1 and self.like is None
 
 
 @dataclass(frozen=True)
 class OutputInfo:
     name: str
     shape_fn: Callable                 # (dims, variant) -> container shape
-    dtype_fn: Callable                 # variant -> torch dtype name of the container
-    exact: object = "bit"              # bit | {"ulp": n} | {"tol": {"rtol": r, "atol": a}}
-    like: Optional[str] = None         # the input whose dtype the output takes (elements copied from it)
+    dtype_fn: Callable                 # (variant, {input: dtype name}) -> torch dtype name of the container
+    exact: object = "bit"              # bit | {"ulp": n, "rate": r} | {"tol": {...}} | {"given": [...]}
+    when: Optional[str] = None         # written only when this optional input is given (else empty)
+    accumulate: bool = False           # a sum over the rows: every block adds into it, so it starts at 0
 
 
 @dataclass(frozen=True)
@@ -77,12 +87,17 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
     dims: Dict[str, int] = {}
     for info in op.inputs:
         t = tensors[info.name]
+        if t is None and info.optional:
+            continue
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{op.name}: argument `{info.name}` must be a torch.Tensor, got {type(t).__name__}")
         allowed = [TORCH_DTYPES[d] for d in info.dtypes]
         if t.dtype not in allowed:
             raise TypeError(f"{op.name}: argument `{info.name}` must have dtype "
                             f"{' or '.join(str(a) for a in allowed)}, got {t.dtype}")
+        if info.like and tensors[info.like] is not None and t.dtype != tensors[info.like].dtype:
+            raise TypeError(f"{op.name}: argument `{info.name}` must have the dtype of `{info.like}` "
+                            f"({tensors[info.like].dtype}), got {t.dtype}")
         if t.dim() != len(info.shape):
             raise ValueError(f"{op.name}: argument `{info.name}` must have rank {len(info.shape)} "
                              f"(shape [{', '.join(info.shape)}]), got shape {tuple(t.shape)}")
@@ -93,9 +108,12 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
         device = t.device
         if not t.is_contiguous():
             raise ValueError(f"{op.name}: argument `{info.name}` must be contiguous (row-major); call .contiguous()")
-        for size, name in zip(t.shape, info.shape):
-            if name.isidentifier() and any(d[0] == name for d in op.dims) and name not in dims:
-                dims[name] = int(size)
+        for size, b in zip(t.shape, info.binds):
+            if b is not None and b[0] not in dims:
+                if int(size) % b[1]:
+                    raise ValueError(f"{op.name}: argument `{info.name}` has a dim of size {int(size)}, which "
+                                     f"must be a multiple of {b[1]} (shape [{', '.join(info.shape)}])")
+                dims[b[0]] = int(size) // b[1]
     for name, dynamic, lo, hi in op.dims:
         if name not in dims:
             continue
@@ -104,7 +122,11 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
             raise ValueError(f"{op.name}: size {name} must be {bound}, got {dims[name]}")
     for p in op.params:
         v = params[p.name]
-        if p.choices is not None:
+        if p.kind == "float":
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ValueError(f"{op.name}: `{p.name}` must be a number; got {v!r}")
+            v = float(v)
+        elif p.choices is not None:
             allowed = [dims.get(c, c) if isinstance(c, str) and not p.structural else c for c in p.choices]
             if isinstance(v, bool) != isinstance(allowed[0], bool) or not isinstance(v, type(allowed[0])) \
                     or v not in allowed:
@@ -117,6 +139,8 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
                 raise ValueError(f"{op.name}: `{p.name}` must be an integer in [{lo}, {hi}]; got {v!r}")
         dims[p.name] = v
     for info in op.inputs:
+        if tensors[info.name] is None:
+            continue
         want = tuple(info.shape_fn(dims))
         got = tuple(tensors[info.name].shape)
         if got != want:
@@ -129,20 +153,30 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
     return dims
 
 
-def variant_of(op: OpInfo, params) -> str:
+def variant_of(op: OpInfo, params, tensors) -> str:
+    """The generated variant serving these params and this presence of optional inputs."""
     values = [str(params[p.name]).lower() if isinstance(params[p.name], bool) else str(params[p.name])
               for p in op.params if p.structural]
+    values += [f"with_{i.name}" for i in op.inputs if i.optional and tensors.get(i.name) is not None]
     return "_".join(values) or "base"
+
+
+def _present(op: OpInfo, tensors):
+    return [tensors[i.name] for i in op.inputs if tensors[i.name] is not None]
+
+
+def input_dtypes(op: OpInfo, tensors) -> Dict[str, str]:
+    return {i.name: _dtype_name(tensors[i.name].dtype) for i in op.inputs if tensors[i.name] is not None}
 
 
 def allocate(op: OpInfo, tensors, params, dims=None):
     """Empty outputs of the right container shapes and dtypes, on the inputs' device."""
     dims = dims if dims is not None else check(op, tensors, params)
-    variant = variant_of(op, params)
-    device = tensors[op.inputs[0].name].device
-    return tuple(torch.empty(o.shape_fn(dims, variant), device=device,
-                             dtype=tensors[o.like].dtype if o.like else TORCH_DTYPES[o.dtype_fn(variant)])
-                 for o in op.outputs)
+    variant = variant_of(op, params, tensors)
+    device = _present(op, tensors)[0].device
+    dts = input_dtypes(op, tensors)
+    return tuple((torch.zeros if o.accumulate else torch.empty)(o.shape_fn(dims, variant),
+                  dtype=TORCH_DTYPES[o.dtype_fn(variant, dts)], device=device) for o in op.outputs)
 
 
 _ARCH_LOCK = threading.Lock()
@@ -174,12 +208,14 @@ def prepare(op: OpInfo, tensors, params, arch=None, schedule=None, out=None, dim
     `dims`: the result of `check` when the caller has already checked the arguments."""
     dims = dims if dims is not None else check(op, tensors, params)
     outs = tuple(out) if out is not None else allocate(op, tensors, params, dims)
-    device = tensors[op.inputs[0].name].device
+    device = _present(op, tensors)[0].device
     arch = arch or arch_for(device)
     statics = tuple(dims[a] for a in op.factory_args)
-    dtypes = tuple(_dtype_name(tensors[i.name].dtype) for i in op.inputs if len(i.dtypes) > 1)
-    kernel, storages = kernel_for(op, arch, variant_of(op, params), statics, dtypes, schedule)
-    views = storage_views(storages, [tensors[i.name] for i in op.inputs] + list(outs))
+    dtypes = tuple(_dtype_name(tensors[i.name].dtype) if tensors[i.name] is not None else i.dtypes[0]
+                   for i in op.inputs if i.dtype_arg)
+    kernel, storages = kernel_for(op, arch, variant_of(op, params, tensors), statics, dtypes, schedule)
+    written = [o for info, o in zip(op.outputs, outs) if info.when is None or tensors[info.when] is not None]
+    views = storage_views(storages, _present(op, tensors) + written)
     empty = op.dynamic_dim is not None and dims[op.dynamic_dim] == 0
     return (lambda: None) if empty else (lambda: kernel(*views)), outs
 
@@ -202,14 +238,14 @@ def run(op: OpInfo, tensors, params, arch: Optional[str] = None, out=None):
         outs = allocate(op, tensors, params, dims)
     else:
         outs = tuple(out)
-        want = allocate(op, {k: v.to("meta") for k, v in tensors.items()}, params, dims)  # shapes only
+        want = allocate(op, {k: v if v is None else v.to("meta") for k, v in tensors.items()}, params, dims)  # shapes only
         for o, w in zip(outs, want):
             if o.shape != w.shape or o.dtype != w.dtype or not o.is_contiguous():
                 raise ValueError(f"{op.name}: an `out` tensor must be contiguous {w.dtype} of shape {tuple(w.shape)}")
     if op.dynamic_dim is not None and dims[op.dynamic_dim] == 0:
         return outs
     launch, outs = prepare(op, tensors, params, arch, out=outs, dims=dims)
-    device = tensors[op.inputs[0].name].device
+    device = _present(op, tensors)[0].device
     if device.type == "cuda":
         with torch.cuda.device(device):
             launch()

@@ -56,4 +56,5 @@ def materialize(recipe: dict, shape, device="cpu") -> torch.Tensor:
 
 
 def build_inputs(case: dict, device="cpu") -> dict:
-    return {name: materialize(r, tuple(case["shapes"][name]), device) for name, r in case["inputs"].items()}
+    return {name: None if r is None else materialize(r, tuple(case["shapes"][name]), device)
+            for name, r in case["inputs"].items()}
