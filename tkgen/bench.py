@@ -119,6 +119,7 @@ def _load_adapters(path):
 
 
 def workload_inputs(pkg, workload, device, copies):
+    from .testing.strategies import with_codec
     op = pkg.OP
     dims = dict(workload["dims"])
     params = {p.name: workload.get("params", {}).get(p.name, p.default) for p in op.params}
@@ -130,9 +131,11 @@ def workload_inputs(pkg, workload, device, copies):
     for c in range(copies):
         tensors = {}
         for info in op.inputs:
-            dtype = workload.get("dtypes", {}).get(info.name, info.dtypes[0])
+            dtype = workload.get("dtypes", {}).get(info.name, (info.dtypes or ("fp32",))[0])
             recipe = {"dtype": dtype, "seed": 1234 + c, "scale_exp": 0, "style": "normal", "specials": []}
-            tensors[info.name] = materialize(recipe, tuple(info.shape_fn(env)), "cpu").to(device)
+            codec = info.codec(variant_of(op, params)) if info.codec else None
+            recipe, shape = with_codec(recipe, codec, tuple(info.shape_fn(env)))
+            tensors[info.name] = materialize(recipe, tuple(shape), "cpu").to(device)
         sets.append(tensors)
     return sets, params
 

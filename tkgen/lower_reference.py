@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import List
 
 from . import expr as E
-from .lower_kernel import py_expr, sym, topk_key
+from .lower_kernel import _calls, py_expr, sym, topk_key
 from .printers import TorchPrinter
 from .stages import Copy, Load, Map, Reduce, TopK
 
@@ -44,9 +44,13 @@ class _ReferenceLowering:
         args = [n for n in spec.inputs] + [sym(x.name) for x in spec.static_params]
         binds, bound = [], set()
         for tname, t in spec.inputs.items():
+            num, den = self.container_ratio(t)
             for i, s in enumerate(t.shape):
                 if isinstance(s, E.Name) and s.id in spec.dims and s.id not in bound:
-                    binds.append((sym(s.id), f"{tname}.shape[{i}]"))
+                    last = i == len(t.shape) - 1 and (num, den) != (1, 1)
+                    if last and t.scale_ref:
+                        continue                  # packed scales may end in a partial word
+                    binds.append((sym(s.id), f"{tname}.shape[{i}] * {den} // {num}" if last else f"{tname}.shape[{i}]"))
                     bound.add(s.id)
         for ax_name, ax in spec.axes.items():
             binds.append((f"N_{ax_name}", py_expr(ax.extent, tl=False)))
@@ -55,8 +59,9 @@ class _ReferenceLowering:
             out = st.out
             if isinstance(st, (Load, Copy)):
                 t = spec.inputs[st.tensor]
-                plan.lines.append(("assign", out.name, self.load(t, st.tensor, out, raw=isinstance(st, Copy))))
+                plan.lines.append(("assign", out.name, self.load(t, st.tensor, out, plan.helpers, raw=isinstance(st, Copy))))
             elif isinstance(st, Map):
+                plan.helpers |= set(_calls(st.expr))
                 printer = TorchPrinter(lambda v, axes=out.axes: v.name + _bcast(p.values[v.name].axes, axes))
                 plan.lines.append(("assign", out.name, printer(st.expr)))
             elif isinstance(st, Reduce):
@@ -71,7 +76,9 @@ class _ReferenceLowering:
                                                 n_new=f"N_{st.new}", stack_dim=stack_dim,
                                                 index_shape=self._index_shape(st.src.axes, st.over))))
         for tname, t in spec.outputs.items():
-            plan.returns.append(self.store(t, p.outputs[tname], plan.helpers))
+            src = self.store(t, p.outputs[tname], plan.helpers)
+            pad = col_pad(self.catalog, spec, t, self.variant)
+            plan.returns.append(f"_col_major({src}, {pad})" if pad else src)
         return plan
 
     def reduce_source(self, st):
@@ -89,15 +96,26 @@ class _ReferenceLowering:
         b, r = next(iter(self.spec.axes)), self.spec.row_inner
         return [i for i, group in enumerate(t.view) if r is not None and tuple(group) == (b, r)]
 
+    def container_ratio(self, t):
+        if t.format_ref:
+            return self.catalog.resolve_format(self.spec, t.format_ref, self.variant, "element").container_ratio()
+        if t.scale_ref:
+            fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
+            return (1, fmt.per_word)
+        return 1, 1
+
     def _index_shape(self, axes, over):
         return "(" + ", ".join(f"N_{a}" if a == over else "1" for a in axes) + ("," if len(axes) == 1 else "") + ")"
 
     def view_shape(self, t):
         return "(" + ", ".join(f"N_{a}" for a in t.axes) + ("," if len(t.axes) == 1 else "") + ")"
 
-    def load(self, t, name, value, raw=False):
+    def load(self, t, name, value, helpers, raw=False):
         dt = t.dtypes
-        conv = f"{name}.to(torch.int64)" if all(d in ("int32", "int64") for d in dt) else f"{name}.to(torch.float32)"
+        if t.format_ref or t.scale_ref:
+            conv = self.load_format(t, name, helpers)
+        else:
+            conv = f"{name}.to(torch.int64)" if all(d in ("int32", "int64") for d in dt) else f"{name}.to(torch.float32)"
         conv = name if raw else conv     # copied elements keep their dtype and bits
         b, r = next(iter(self.spec.axes)), self.spec.row_inner
         for i in self.row_dims(t):
@@ -105,6 +123,24 @@ class _ReferenceLowering:
         src = f"{conv}.reshape{self.view_shape(t)}"
         perm = [t.axes.index(a) for a in value.axes]
         return src + (f".permute{tuple(perm)}" if perm != sorted(perm) else "")
+
+    def load_format(self, t, name, helpers):
+        """An input declared with a format, as float32: unpacked, then decoded (elements through the
+        generated decoder, as the CPU kernel does; UE8M0 bytes as 2^(byte - 127))."""
+        if t.format_ref:
+            fmt = self.catalog.resolve_format(self.spec, t.format_ref, self.variant, "element")
+            if fmt.is_float32:
+                return f"{name}.to(torch.float32)"
+            helpers.add(f"decode_{fmt.name}")
+            codes = f"_unpack_codes({name}, {fmt.pack.key()!r})" if fmt.pack else f"_codes_of({name})"
+            return f"decode_{fmt.name}({codes})"
+        fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
+        if fmt.store == "float":
+            return f"{name}.to(torch.float32)"
+        codes = f"_codes_of({name})"
+        if fmt.pack:
+            codes = f"_unpack_codes({name}, {fmt.packing.key()!r})[..., :{py_expr(t.shape[-1])}]"
+        return f"_from_bits({codes} << 23)"
 
     def store(self, t, value, helpers):
         src = value.name
@@ -127,7 +163,7 @@ class _ReferenceLowering:
                 return f"{src}.reshape{shape}"
             byte = f"_exponent_byte({src}.reshape{shape})"
             if fmt.pack:
-                return f"_pack_words({byte}, {fmt.per_word}, {fmt.pack['bits']}, torch.{fmt.pack['word']})"
+                return f"_pack_codes({byte}, {fmt.packing.key()!r}, torch.{fmt.pack['word']})"
             return f"{byte}.to(torch.uint8)"
         if t.format_ref or t.dtypes[0] not in ("int32", "int64"):
             fmt = (self.catalog.resolve_format(self.spec, t.format_ref, self.variant, "element") if t.format_ref
@@ -135,8 +171,22 @@ class _ReferenceLowering:
             if fmt.is_float32:
                 return f"{src}.reshape{shape}"
             helpers.add(f"encode_{fmt.name}")
+            if fmt.pack:
+                return f"_pack_codes(encode_{fmt.name}({src}).reshape{shape}, {fmt.pack.key()!r}, torch.{fmt.torch_dtype})"
             return f"_codes_as(encode_{fmt.name}({src}), torch.{fmt.storage}, torch.{fmt.torch_dtype}).reshape{shape}"
         return f"{src}.to(torch.{t.dtypes[0]}).reshape{shape}"
+
+
+def col_pad(catalog, spec, t, variant):
+    """The row padding (in elements) of an output stored column-major in this variant, else None."""
+    if not t.layout_ref:
+        return None
+    lay = catalog.resolve_format(spec, t.layout_ref, variant, "layout")
+    if lay.order != "col_major":
+        return None
+    from .runtime.ops import TORCH_DTYPES
+    from .generate import output_dtype
+    return lay.pad_elems(TORCH_DTYPES[output_dtype(catalog, spec, t, variant)].itemsize)
 
 
 def lower_reference(spec, program, variant, catalog, name):

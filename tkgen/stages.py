@@ -26,6 +26,8 @@ RAW = "raw"                    # the dtype of `copy` values: stored elements, mo
 _UNARY_MATH = {"exp", "log", "sqrt", "rsqrt"}
 ELEMENTWISE = {"max": (2, 2), "min": (2, 2), "abs": (1, 1), "clamp": (3, 3), "where": (3, 3),
                "sigmoid": (1, 1), **{f: (1, 1) for f in _UNARY_MATH}}
+# functions whose first argument names an element format (or a param naming one)
+FORMAT_FUNCTIONS = {"min_amax": 1, "round_to": 2}
 _BINOPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne", "<": "lt", "<=": "le",
            ">": "gt", ">=": "ge", "and": "and", "or": "or"}
 
@@ -173,7 +175,7 @@ class _Builder:
             if not isinstance(t, E.Name) or t.id not in self.spec.inputs:
                 self.fail(idx, f"load takes an input tensor ({', '.join(self.spec.inputs)})")
             tensor = self.spec.inputs[t.id]
-            is_int = all(dt in ("int32", "int64") for dt in tensor.dtypes)
+            is_int = bool(tensor.dtypes) and all(dt in ("int32", "int64") for dt in tensor.dtypes)
             out = self.define(idx, targets[0], tensor.axes, I32 if is_int else F32)
             self.steps.append(Load(out, t.id))
         elif fn == "copy":
@@ -236,6 +238,8 @@ class _Builder:
                 return op(_BINOPS[node.op], rec(node.lhs), rec(node.rhs))
             except (TypeError, KeyError) as e:
                 self.fail(idx, f"operator {node.op!r}: {e}")
+        if isinstance(node, E.Call) and node.fn in FORMAT_FUNCTIONS:
+            return self.format_function(idx, node, rec)
         if isinstance(node, E.Call):
             if node.fn in STRUCTURAL:
                 self.fail(idx, f"{node.fn} cannot be used here")
@@ -251,6 +255,24 @@ class _Builder:
             except TypeError as e:
                 self.fail(idx, f"{node.fn}: {e}")
         self.fail(idx, f"unsupported expression {E.to_source(node)!r}")
+
+    def format_function(self, idx, node, rec):
+        """`min_amax(fmt)`: the format's amax floor, a float32 constant. `round_to(fmt, v)`: v rounded
+        through the format (its encoder, then its decoder)."""
+        want = FORMAT_FUNCTIONS[node.fn]
+        if len(node.args) != want:
+            self.fail(idx, f"{node.fn} takes {want} argument(s), found {len(node.args)}")
+        fmt = self.format_arg(idx, node.args[0], self.elements, "element")
+        if node.fn == "min_amax":
+            if fmt.min_amax is None:
+                self.fail(idx, f"format {fmt.name!r} declares no min_amax")
+            return ir.c(fmt.min_amax)
+        v = rec(node.args[1])
+        if v.dtype != F32:
+            self.fail(idx, "round_to needs a float value")
+        if fmt.is_float32:
+            return v
+        return ir.Call(f"round_{fmt.name}", (v,), F32)
 
     def finish(self):
         outputs = {}
