@@ -11,12 +11,62 @@ def _tile_kernels():
     return tile_kernels
 
 
-def tk_per_token_cast(params, dims):
-    tk = _tile_kernels()
-    group, scale = params["group"], params["scale"]
+TK_FORMATS = ("e4m3", "e2m1")          # TileKernels 2.1.0 casts to these; e5m6 was removed in 2.x, e5m2 never existed
+
+
+def _tk_cast_kwargs(params, dims):
+    """TileKernels' keyword arguments for tkgen's group, scale and layout params (raises where it has none)."""
+    if params["fmt"] not in TK_FORMATS:
+        raise NotImplementedError(f"TileKernels 2.1.0 has no {params['fmt']} cast")
+    group, scale = params["group"], params.get("scale", "fp32")
     if group == dims["H"]:
         raise NotImplementedError("TileKernels 2.1.0 removed one scale per row (num_per_channels == H)")
-    return lambda x: tk.quant.per_token_cast(x, params["fmt"], group, **_tk_scale_kwargs(scale))
+    if scale == "ue8m0_byte":
+        raise NotImplementedError("TileKernels 2.1.0 has no unpacked UE8M0 scales")
+    kwargs = dict(round_sf=scale in ("pow2", "ue8m0"))
+    col = params.get("sf_layout") == "col"
+    if scale == "ue8m0":   # TileKernels packs UE8M0 only in its column-major TMA layout
+        kwargs.update(use_packed_ue8m0=True)
+        col = True
+    if col:
+        kwargs.update(use_tma_aligned_col_major_sf=True)
+    return kwargs
+
+
+def tk_per_token_cast(params, dims):
+    tk = _tile_kernels()
+    kwargs = _tk_cast_kwargs(params, dims)
+    return lambda x: tk.quant.per_token_cast(x, params["fmt"], params["group"], **kwargs)
+
+
+def tk_per_token_cast_with_sf_only(params, dims):
+    tk = _tile_kernels()
+    kwargs = _tk_cast_kwargs(params, dims)
+    return lambda x: tk.quant.per_token_cast_with_sf_only(x, params["fmt"], params["group"], **kwargs)
+
+
+def tk_per_token_cast_with_precomputed_sf(params, dims):
+    tk = _tile_kernels()
+    kwargs = _tk_cast_kwargs({**params, "scale": "fp32"}, dims)
+    return lambda x, sf: tk.quant.per_token_cast_with_precomputed_sf(x, params["fmt"], params["group"], sf, **kwargs)
+
+
+def tk_cast_back(params, dims):
+    """TileKernels dequantizes to bf16 or fp32 from (q, sf) with a (1, block) scale block. Its packed UE8M0
+    input is column-major (int32 with stride(0) == 1); tkgen's is row-major, so that case raises."""
+    tk = _tile_kernels()
+    _tk_cast_kwargs({"fmt": params["fmt"], "group": params["block"], "scale": params["scale"]}, dims)
+    if params["scale"] != "fp32":
+        raise NotImplementedError("TileKernels reads packed UE8M0 scales only column-major")
+    return lambda q, sf: tk.quant.cast_back((q, sf), params["out"], (1, params["block"]))
+
+
+def tk_per_token_cast_and_cast_back(params, dims):
+    """In place in TileKernels (x keeps its dtype): the adapter times the in-place kernel on the input."""
+    tk = _tile_kernels()
+    kwargs = _tk_cast_kwargs(params, dims)
+    kwargs.pop("use_tma_aligned_col_major_sf", None)
+    return lambda x: tk.quant.per_token_cast_and_cast_back(x, params["fmt"], params["group"], **kwargs)
 
 
 def tk_topk_gate(params, dims):
@@ -126,6 +176,10 @@ def tk_rmsnorm_backward(params, dims):
 ADAPTERS = {
     "tilekernels": {
         "per_token_cast": tk_per_token_cast,
+        "per_token_cast_with_sf_only": tk_per_token_cast_with_sf_only,
+        "per_token_cast_with_precomputed_sf": tk_per_token_cast_with_precomputed_sf,
+        "cast_back": tk_cast_back,
+        "per_token_cast_and_cast_back": tk_per_token_cast_and_cast_back,
         "topk_gate": tk_topk_gate,
         "per_block_cast": tk_per_block_cast,
         "per_block_cast_with_sf_only": tk_per_block_cast_with_sf_only,

@@ -88,10 +88,12 @@ def anchors():
     cases = []
     for scale in ("fp32", "pow2", "ue8m0"):
         for group in (128, 32, 64, 7168):
-            cases.append(("per_token_cast", {"T": 8192, "H": 7168}, {"fmt": "e4m3", "group": group, "scale": scale}, {"x": "bf16"}))
-        cases.append(("per_token_cast", {"T": 4001, "H": 2560}, {"fmt": "e4m3", "group": 128, "scale": scale}, {"x": "fp32"}))
-        cases.append(("per_token_cast", {"T": 1, "H": 576}, {"fmt": "e4m3", "group": 64, "scale": scale}, {"x": "bf16"}))
-        cases.append(("per_token_cast", {"T": 333, "H": 96}, {"fmt": "e4m3", "group": 32, "scale": scale}, {"x": "bf16"}))
+            cases.append(("per_token_cast", {"T": 8192, "H": 7168}, {"fmt": "e4m3", "group": group, "scale": scale, "sf_layout": "row"}, {"x": "bf16"}))
+        cases.append(("per_token_cast", {"T": 4001, "H": 2560}, {"fmt": "e4m3", "group": 128, "scale": scale, "sf_layout": "col"}, {"x": "fp32"}))
+        cases.append(("per_token_cast", {"T": 1, "H": 576}, {"fmt": "e4m3", "group": 64, "scale": scale, "sf_layout": "row"}, {"x": "bf16"}))
+        cases.append(("per_token_cast", {"T": 333, "H": 96}, {"fmt": "e4m3", "group": 32, "scale": scale, "sf_layout": "row"}, {"x": "bf16"}))
+    for fmt, scale, group in (("e5m2", "ue8m0_byte", 128), ("e2m1", "ue8m0", 32), ("e5m6", "pow2", 7168)):
+        cases.append(("per_token_cast", {"T": 8192, "H": 7168}, {"fmt": fmt, "group": group, "scale": scale, "sf_layout": "col"}, {"x": "bf16"}))
     for T_, E, k in ((8192, 256, 8), (4001, 72, 6), (8001, 128, 6), (17, 512, 32), (5, 33, 33), (1, 1, 1), (999, 384, 9)):
         cases.append(("topk_gate", {"T": T_, "E": E}, {"k": k}, {}))
     by_op = {}

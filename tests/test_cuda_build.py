@@ -8,9 +8,13 @@ import pytest
 from tkgen import registry
 from tkgen.runtime.compile import lower_source
 
-CASES = [("per_token_cast", "build_e4m3_ue8m0", (7168, 128, "bf16")), ("topk_gate", "build_base", (256, 8)),
+CASES = [("per_token_cast", "build_e4m3_ue8m0_row", (7168, 128, "bf16")), ("topk_gate", "build_base", (256, 8)),
          ("per_channel_cast", "build_e4m3_ue8m0_true", (7168, 32, "bf16")),      # row blocks, staged transposed store
-         ("batched_transpose", "build_base", (8, 7168, "e4m3"))]                   # copied elements
+         ("batched_transpose", "build_base", (8, 7168, "e4m3")),                   # copied elements
+         ("per_token_cast", "build_e5m6_ue8m0_col", (7168, 128, "bf16")),         # packed 12-bit codes, col scales
+         ("per_token_cast", "build_e2m1_ue8m0_byte_row", (7168, 32, "bf16")),
+         ("cast_back", "build_e5m6_ue8m0_bf16", (7168, 128)),                     # unpacking loads
+         ("per_token_cast_and_cast_back", "build_e2m1_pow2_bf16", (7168, 32, "bf16"))]
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

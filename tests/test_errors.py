@@ -36,8 +36,8 @@ def test_per_token_cast_group_rule():
 
 def test_per_token_cast_format_and_scale_names():
     x = torch.zeros(4, 128, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="`fmt` must be one of 'e4m3'"):
-        ops.per_token_cast(x, fmt="e5m2")
+    with pytest.raises(ValueError, match="`fmt` must be one of 'e4m3', 'e5m2'"):
+        ops.per_token_cast(x, fmt="e3m4")
     with pytest.raises(ValueError, match="`scale` must be one of"):
         ops.per_token_cast(x, scale="fp16")
 

@@ -1,6 +1,7 @@
 """The property tests every spec gets: CPU kernel vs generated reference on drawn inputs (bit for bit
 where declared), and each drawn specialization also lowered to CUDA source for sm_90a and sm_100a."""
 import importlib
+import os
 
 import pytest
 from hypothesis import given, settings

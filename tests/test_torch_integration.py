@@ -26,7 +26,7 @@ def test_fake_tensor_shapes():
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode():
         x = torch.empty(5, 256, dtype=torch.bfloat16)
-        q, sf = torch.ops.tkgen.per_token_cast(x, "e4m3", 128, "ue8m0")
+        q, sf = torch.ops.tkgen.per_token_cast(x, "e4m3", 128, "ue8m0", "row")
         assert q.shape == (5, 256) and q.dtype == torch.float8_e4m3fn
         assert sf.shape == (5, 1) and sf.dtype == torch.int32
 

@@ -119,6 +119,7 @@ def _load_adapters(path):
 
 
 def workload_inputs(pkg, workload, device, copies):
+    from .testing.strategies import with_codec
     op = pkg.OP
     dims = dict(workload["dims"])
     params = {p.name: workload.get("params", {}).get(p.name, p.default) for p in op.params}
@@ -126,6 +127,8 @@ def workload_inputs(pkg, workload, device, copies):
         if isinstance(params[p.name], str) and params[p.name] in dims and not p.structural:
             params[p.name] = dims[params[p.name]]
     env = {**dims, **params}
+    present = {i.name: (not i.optional or i.name in workload.get("dtypes", {})) or None for i in op.inputs}
+    variant = variant_of(op, params, present)
     sets = []
     for c in range(copies):
         tensors = {}
@@ -133,9 +136,11 @@ def workload_inputs(pkg, workload, device, copies):
             if info.optional and info.name not in workload.get("dtypes", {}):
                 tensors[info.name] = None       # an optional input is present when the workload gives its dtype
                 continue
-            dtype = workload.get("dtypes", {}).get(info.name, info.dtypes[0])
+            dtype = workload.get("dtypes", {}).get(info.name, (info.dtypes or ("fp32",))[0])
             recipe = {"dtype": dtype, "seed": 1234 + c, "scale_exp": 0, "style": "normal", "specials": []}
-            tensors[info.name] = materialize(recipe, tuple(info.shape_fn(env)), "cpu").to(device)
+            codec = info.codec(variant) if info.codec else None
+            recipe, shape = with_codec(recipe, codec, tuple(info.shape_fn(env)))
+            tensors[info.name] = materialize(recipe, tuple(shape), "cpu").to(device)
         sets.append(tensors)
     return sets, params
 

@@ -14,6 +14,78 @@ from . import ir
 from .ir import F32, U32, Builder, Function, Var, c, op, u32
 
 INT_DTYPES = {"int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "int64": 8}
+ROUNDINGS = ("nearest_even", "truncate_carry")
+
+
+@dataclass(frozen=True)
+class Packing:
+    """How `codes` codes of `width` bits fill `words` integer words of dtype `word` (one packet).
+
+    The packet is read as one (words * word_bits)-bit integer. `lsb_first`: code j sits at bit j * width
+    and word k holds bits [k * word_bits, (k + 1) * word_bits). `msb_first`: code 0 holds the top bits,
+    and word 0 is the most significant word. Words are stored in native (little-endian) byte order.
+    """
+
+    codes: int
+    width: int
+    words: int
+    word: str
+    order: str               # lsb_first | msb_first
+
+    @property
+    def word_bits(self) -> int:
+        return 8 * INT_DTYPES[self.word]
+
+    @property
+    def total(self) -> int:
+        return self.words * self.word_bits
+
+    def _code_span(self, j):
+        off = j * self.width if self.order == "lsb_first" else self.total - (j + 1) * self.width
+        return off, off + self.width
+
+    def _word_span(self, k):
+        wb = self.word_bits
+        lo = k * wb if self.order == "lsb_first" else self.total - (k + 1) * wb
+        return lo, lo + wb
+
+    @staticmethod
+    def _overlaps(span, others):
+        """(index, right shift of that part, bit count, left shift into `span`) for each overlap."""
+        lo0, hi0 = span
+        out = []
+        for idx, (lo1, hi1) in others:
+            lo, hi = max(lo0, lo1), min(hi0, hi1)
+            if lo < hi:
+                out.append((idx, lo - lo1, hi - lo, lo - lo0))
+        return out
+
+    def word_pieces(self, k):
+        """Storage word k as (code j, right shift of the code, bit count, left shift into the word) pieces."""
+        return self._overlaps(self._word_span(k), [(j, self._code_span(j)) for j in range(self.codes)])
+
+    def code_pieces(self, j):
+        """Code j as (storage word k, right shift of the word, bit count, left shift into the code) pieces."""
+        return self._overlaps(self._code_span(j), [(k, self._word_span(k)) for k in range(self.words)])
+
+    def key(self) -> tuple:
+        return (self.codes, self.width, self.words, self.word, self.order)
+
+    @staticmethod
+    def _assemble_ir(pieces, parts) -> ir.Expr:
+        out = None
+        for i, r, n, sh in pieces:
+            t = op("shl", op("bitand", op("shr", parts[i], u32(r)), u32((1 << n) - 1)), u32(sh))
+            out = t if out is None else op("bitor", out, t)
+        return out
+
+    def pack_ir(self, k, codes) -> ir.Expr:
+        """Word k (u32) from the packet's codes (u32 IR expressions)."""
+        return self._assemble_ir(self.word_pieces(k), codes)
+
+    def unpack_ir(self, j, words) -> ir.Expr:
+        """Code j (u32) from the packet's words (u32 IR expressions)."""
+        return self._assemble_ir(self.code_pieces(j), words)
 
 
 @dataclass(frozen=True)
@@ -28,6 +100,23 @@ class ElementFormat:
     torch_dtype: str       # the container torch dtype
     storage: str           # the integer dtype that carries codes where the target has no native type
     native: dict           # backend -> TileLang dtype with a conversion that matches this format's rules
+    rounding: str = "nearest_even"
+    pack: Optional[Packing] = None       # sub-word codes packed into words
+    min_amax: Optional[float] = None     # the amax floor of a cast into this format (a float32)
+
+    @property
+    def codes_per_packet(self) -> int:
+        return self.pack.codes if self.pack else 1
+
+    def container_ratio(self):
+        """(num, den): a last dim of L logical elements is L * num / den container elements."""
+        if not self.pack:
+            return 1, 1
+        import math
+        num = self.pack.words * INT_DTYPES[self.pack.word]
+        den = self.pack.codes * CONTAINER_BYTES.get(self.torch_dtype, 1)
+        g = math.gcd(num, den)
+        return num // g, den // g
 
     @property
     def width(self) -> int:
@@ -85,16 +174,54 @@ class ScaleFormat:
         return self.pack["per_word"] if self.pack else 1
 
     @property
+    def packing(self) -> Optional[Packing]:
+        """The word packing of the stored bytes, in the terms element formats use (lsb first, one word)."""
+        if not self.pack:
+            return None
+        return Packing(self.pack["per_word"], self.pack["bits"], 1, self.pack["word"], "lsb_first")
+
+    @property
     def torch_dtype(self) -> str:
         if self.pack:
             return self.pack["word"]
         return "float32" if self.store == "float" else "uint8"
 
 
+CONTAINER_BYTES = {"int8": 1, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "bfloat16": 2, "float32": 4,
+                   "int16": 2, "uint16": 2, "int32": 4}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a 2-D [rows, cols] tensor is stored. col_major: as its transpose [cols, rows], each stored line
+    (a column) padded to `align_bytes` (TMA wants 16-byte aligned columns); the caller sees the [rows,
+    cols] view with strides (1, padded rows). Padding is never written."""
+
+    name: str
+    doc: str
+    order: str
+    align_bytes: int = 1
+
+    def pad_elems(self, elem_bytes: int) -> int:
+        return max(1, self.align_bytes // elem_bytes)
+
+
+def layout_from_data(d: dict) -> Layout:
+    return Layout(d["format"], d["doc"], d["order"], d.get("align_bytes", 1))
+
+
 def element_from_data(d: dict) -> ElementFormat:
     cont = d["container"]
+    width = 1 + d["exponent_bits"] + d["mantissa_bits"]
+    pk = d.get("pack")
+    pack = Packing(pk["codes"], width, pk["words"], pk["word"], pk.get("order", "lsb_first")) if pk else None
+    floor = d.get("min_amax")
+    if floor is not None:
+        import struct
+        floor = struct.unpack("f", struct.pack("f", float(floor)))[0]     # the float32 the kernels use
     return ElementFormat(d["format"], d["doc"], d["exponent_bits"], d["mantissa_bits"], d["bias"], d["specials"],
-                         d["overflow"], cont["torch"], cont.get("storage", cont["torch"]), dict(d.get("native", {})))
+                         d["overflow"], cont["torch"], cont.get("storage", cont["torch"]), dict(d.get("native", {})),
+                         d.get("rounding", "nearest_even"), pack, floor)
 
 
 def scale_from_data(d: dict) -> ScaleFormat:
@@ -116,14 +243,22 @@ def decode_code_python(fmt: ElementFormat, code: int) -> float:
     return sign * (1 + mf / 2 ** m) * 2.0 ** (ef - fmt.bias)
 
 
-def encoder(fmt: ElementFormat) -> Function:
-    """float32 -> code (u32 holding `fmt.width` bits): round to nearest even, the format's overflow rule."""
-    e, m = fmt.exponent_bits, fmt.mantissa_bits
+def _encoder_prologue(fmt: ElementFormat):
+    """(builder, the float32 argument, its magnitude bits `a`, its sign moved to the format's sign bit)."""
     b = Builder()
     x = Var("x", F32)
     u = b.let("u", op("bits", x))
     a = b.let("a", op("bitand", u, u32(0x7FFFFFFF)))
-    sign = b.let("sign", op("shl", op("shr", u, u32(31)), u32(e + m)))
+    sign = b.let("sign", op("shl", op("shr", u, u32(31)), u32(fmt.exponent_bits + fmt.mantissa_bits)))
+    return b, x, a, sign
+
+
+def encoder(fmt: ElementFormat) -> Function:
+    """float32 -> code (u32 holding `fmt.width` bits), by the format's rounding and overflow rules."""
+    if fmt.rounding == "truncate_carry":
+        return _encoder_truncate_carry(fmt)
+    e, m = fmt.exponent_bits, fmt.mantissa_bits
+    b, x, a, sign = _encoder_prologue(fmt)
     shift = 23 - m
     is_nan = op("gt", a, u32(0x7F800000))
     nan_code = fmt.nan_code if fmt.nan_code is not None else fmt.max_code
@@ -136,7 +271,7 @@ def encoder(fmt: ElementFormat) -> Function:
             mag = op("min", mag, u32(fmt.max_code))
         code = op("select", is_nan, u32(nan_code), mag)
         return Function(f"encode_{fmt.name}", (x,), tuple(b.lets), op("bitor", code, sign),
-                        f"float32 -> {fmt.name} code, round to nearest even")
+                        f"float32 -> {fmt.name} code, round to nearest even", macro=True)
     e32 = b.let("e32", op("shr", a, u32(23)))
     # normal results: rebias the exponent, then round the mantissa to m bits (nearest, ties to even)
     lsb = op("bitand", op("shr", a, u32(shift)), u32(1))
@@ -157,7 +292,41 @@ def encoder(fmt: ElementFormat) -> Function:
               op("select", op("ge", a, u32((127 + fmt.emin) << 23)), nrm,
                  op("select", op("ge", e32, u32(lo)), sub, u32(0))))
     return Function(f"encode_{fmt.name}", (x,), tuple(b.lets), op("bitor", code, sign),
-                    f"float32 -> {fmt.name} code: round to nearest even, {fmt.overflow} on overflow")
+                    f"float32 -> {fmt.name} code: round to nearest even, {fmt.overflow} on overflow", macro=True)
+
+
+def _encoder_truncate_carry(fmt: ElementFormat) -> Function:
+    """Truncate toward zero to the format, then carry by the float32 bits below the kept mantissa bits.
+
+    1. |x| is truncated toward zero to the format (subnormals included); finite values beyond the largest
+       finite magnitude become it, as IEEE round-toward-zero does; ±inf stays infinite (or saturates in
+       a format without infinities); NaN becomes the NaN code.
+    2. The code is incremented when `(code & 1) + (bits(x) & (2^(23-m) - 1)) > 2^(22-m)`: the float32
+       mantissa bits below the format's m bits, against half an ulp of a normal number. For normal
+       results this is round-to-nearest-even. For subnormal results (and values below the smallest
+       subnormal) those float32 bits are not the bits that were dropped, so the carry is not a rounding
+       of the value. This is TileKernels' E5M6 rule (round to fp16 toward zero, keep the top 12 bits,
+       then the same carry), which it applies to every magnitude.
+    """
+    e, m = fmt.exponent_bits, fmt.mantissa_bits
+    b, x, a, sign = _encoder_prologue(fmt)
+    shift = 23 - m
+    e32 = b.let("e32", op("shr", a, u32(23)))
+    nrm = op("min", op("shr", op("sub", a, u32((127 - fmt.bias) << 23)), u32(shift)), u32(fmt.max_code))
+    lo, hi = 126 + fmt.emin - m, 126 + fmt.emin
+    m24 = op("bitor", op("bitand", a, u32(0x7FFFFF)), u32(0x800000))
+    sh = op("sub", u32(150 + fmt.emin - m), op("min", op("max", e32, u32(lo)), u32(hi)))
+    trunc = b.let("trunc", op("select", op("ge", a, u32((127 + fmt.emin) << 23)), nrm,
+                              op("select", op("ge", e32, u32(lo)), op("shr", m24, sh), u32(0))))
+    rem = op("bitand", a, u32((1 << shift) - 1))
+    carry = op("gt", op("add", op("bitand", trunc, u32(1)), rem), u32(1 << (shift - 1)))
+    finite = b.let("finite", op("add", trunc, op("select", carry, u32(1), u32(0))))
+    nan_code = fmt.nan_code if fmt.nan_code is not None else fmt.max_code
+    inf_code = fmt.inf_code if fmt.inf_code is not None else fmt.max_code
+    code = op("select", op("gt", a, u32(0x7F800000)), u32(nan_code),
+              op("select", op("eq", a, u32(0x7F800000)), u32(inf_code), finite))
+    return Function(f"encode_{fmt.name}", (x,), tuple(b.lets), op("bitor", code, sign),
+                    f"float32 -> {fmt.name} code: truncate toward zero, then carry by the float32 bits", macro=True)
 
 
 def decoder(fmt: ElementFormat) -> Function:
@@ -186,11 +355,13 @@ def decoder(fmt: ElementFormat) -> Function:
 
 
 def rounder(fmt: ElementFormat) -> Function:
-    """float32 -> float32 rounded to `fmt` (nearest even, the format's overflow rule), exactly."""
+    """float32 -> float32 rounded through the format (its encoder, then its decoder). A macro, so that
+    the code is bound once before the decoder reads it several times."""
     x = Var("x", F32)
-    code = ir.Call(f"encode_{fmt.name}", (x,), U32)
-    return Function(f"round_{fmt.name}", (x,), (), ir.Call(f"decode_{fmt.name}", (code,), F32),
-                    f"float32 rounded to {fmt.name} and widened back")
+    code = Var("code", U32)
+    return Function(f"round_{fmt.name}", (x,), (("code", ir.Call(f"encode_{fmt.name}", (x,), U32)),),
+                    ir.Call(f"decode_{fmt.name}", (code,), F32), f"float32 -> float32 representable in {fmt.name}",
+                    macro=True)
 
 
 def exponent_byte(sf: ir.Expr) -> ir.Expr:

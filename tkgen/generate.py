@@ -20,7 +20,7 @@ import jinja2
 from . import formats as F
 from .lower_kernel import _KernelLowering, py_expr, topk_key
 from .autograd import plan as autograd_plan
-from .lower_reference import lower_reference
+from .lower_reference import col_pad, lower_reference
 from .model import binding
 from .printers import TileLangPrinter, TorchPrinter, function_lines
 from .stages import build_program
@@ -96,35 +96,31 @@ def op_module(catalog, spec, header):
                            structural=p.structural, doc=p.doc, default=repr(p.default), kind=repr(p.kind)))
     inputs = [dict(name=t.name, dtypes=repr(t.dtypes), shape=repr(t.shape_text), optional=t.optional,
                    binds=repr(tuple(binding(s, spec.dims) for s in t.shape)), like=repr(t.like),
-                   shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)") for t in spec.inputs.values()]
+                   shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)", codec=codec_table(catalog, spec, t))
+              for t in spec.inputs.values()]
     outputs = []
     for name in spec.outputs:
-        shapes, dtypes = {}, {}
+        shapes, dtypes, pads = {}, {}, {}
         for variant in spec.variants():
             v = spec.variant_name(variant)
             t = spec.resolved(variant).outputs[name]
             dims = [_d(s) for s in t.shape]
             if t.when and not variant[f"?{t.when}"]:
                 dims = ["0"]            # not written in this variant: an empty tensor
-            if t.scale_ref:
-                fmt = catalog.resolve_format(spec, t.scale_ref, variant, "scale")
-                if fmt.pack:
-                    dims[-1] = f"-(-{dims[-1]} // {fmt.per_word})"
-                dtypes[v] = fmt.torch_dtype
-            elif t.like:
-                dtypes[v] = None
-            elif t.format_ref:
-                dtypes[v] = catalog.resolve_format(spec, t.format_ref, variant, "element").torch_dtype
-            else:
-                dt = t.dtypes[0]
-                dtypes[v] = dt if dt in ("int32", "int64") else catalog.elements[dt].torch_dtype
+            if t.scale_ref or t.format_ref:
+                codes, elems = codec(catalog, spec, t, variant)["packet"]
+                if (codes, elems) != (1, 1):
+                    dims[-1] = f"-(-{dims[-1]} // {codes})" + (f" * {elems}" if elems > 1 else "")
+            dtypes[v] = None if t.like else output_dtype(catalog, spec, t, variant)
             shapes[v] = "(" + ", ".join(dims) + ",)"
+            pads[v] = col_pad(catalog, spec, t, variant)
         dtype_fn = f"lambda v, dt: dt[{t.like!r}]" if t.like else f"lambda v, dt: {dtypes!r}[v]"
         dyn = next(iter(spec.axes)) if spec.dynamic_dim else None
         accumulate = any(name in build_program(spec, catalog.elements, catalog.scales, v).accumulated(dyn)
                          for v in spec.variants())
         outputs.append(dict(name=name, shapes=shapes, dtype_fn=dtype_fn, exact=repr(t.exact), when=repr(t.when),
-                            accumulate=accumulate))
+                            accumulate=accumulate,
+                            col_pad=f"lambda v: {pads!r}[v]" if any(pads.values()) else None))
     dims = [dict(name=d.name, dynamic=d.dynamic, min=d.min, max=d.max) for d in spec.dims.values()]
     requires = [(text, _d(node)) for d in spec.dims.values() for text, node in d.require]
     factory_args = tuple([d.name for d in spec.dims.values() if not d.dynamic] + [p.name for p in spec.static_params])
@@ -149,11 +145,45 @@ def op_module(catalog, spec, header):
                   has_optional=bool(spec.optional_inputs))
 
 
+def output_dtype(catalog, spec, t, variant) -> str:
+    """The torch dtype name of an output's container in one variant."""
+    if t.scale_ref or t.format_ref:
+        return codec(catalog, spec, t, variant)["container"]
+    dt = t.dtypes[0]
+    return dt if dt in ("int32", "int64") else catalog.elements[dt].torch_dtype
+
+
+def codec(catalog, spec, t, variant) -> dict:
+    """How a tensor declared with a format is held in torch in one variant (see runtime.ops.InputInfo)."""
+    if t.format_ref:
+        fmt = catalog.resolve_format(spec, t.format_ref, variant, "element")
+        num, den = fmt.container_ratio()
+        pk = fmt.pack
+        packet = (pk.codes, pk.codes * num // den) if pk else (1, 1)
+        return dict(kind="element", name=fmt.name, container=fmt.torch_dtype, packet=packet,
+                    pack=pk.key() if pk else None, store="codes")
+    fmt = catalog.resolve_format(spec, t.scale_ref, variant, "scale")
+    pk = fmt.packing
+    return dict(kind="scale", name=fmt.name, container=fmt.torch_dtype, packet=(pk.codes, 1) if pk else (1, 1),
+                pack=pk.key() if pk else None, store=fmt.store)
+
+
+def codec_table(catalog, spec, t):
+    """Source of `lambda v: {variant: codec}[v]` for an input with a format, else None."""
+    if not (t.format_ref or t.scale_ref):
+        return None
+    table = {spec.variant_name(v): codec(catalog, spec, t, v) for v in spec.variants()}
+    return f"lambda v: {table!r}[v]"
+
+
 def docstring(catalog, spec) -> str:
     lines = [" ".join(spec.doc.split()), "", "Args:"]
     for t in spec.inputs.values():
         opt = " Optional (None: as if every element were {!r}).".format(t.absent) if t.optional else ""
-        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {' or '.join(t.dtypes)}, contiguous, cpu or cuda.{opt}")
+        kind = (f"codes of format `{t.format_ref}` in its container (packed formats: the last dim holds the "
+                f"packed bytes)" if t.format_ref else f"scales of scale format `{t.scale_ref}`" if t.scale_ref
+                else " or ".join(t.dtypes))
+        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {kind}, contiguous, cpu or cuda.{opt}")
     for p in spec.params.values():
         allowed = ("a number" if p.kind == "float" else ", ".join(map(str, p.choices)) if p.choices else
                    f"an integer in [{', '.join(py_expr(r, tl=False) for r in p.range)}]")
@@ -191,13 +221,14 @@ def strategies_module(catalog, spec, header):
         for text, node in d.require:
             from .expr import names as names_of
             requires.append((text, repr(tuple(sorted(names_of(node)))), _d(node)))
-    inputs = [dict(name=t.name, dtypes=repr(t.dtypes), specials=repr(tuple(t.values.get("specials", ()))),
-                   optional=t.optional, like=t.like,
+    inputs = [dict(name=t.name, dtypes=repr(t.dtypes or ("fp32",)), specials=repr(tuple(t.values.get("specials", ()))),
+                   optional=t.optional, like=t.like, codec=codec_table(catalog, spec, t),
                    finite=t.values.get("finite", True) if "finite" in t.values else
                    not ({"inf", "nan"} & set(t.values.get("specials", ()))),
                    shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)") for t in spec.inputs.values()]
     return render("strategies.py.j2", header=header.replace('"', "'"), op=spec.name, steps=steps, requires=requires,
                   inputs=inputs, max_rows=spec.tests.get("max_rows", 40), examples=spec.tests.get("examples", 100), dim_names=list(spec.dims),
+                  structural=repr(tuple(p.name for p in spec.structural_params)),
                   param_names=list(spec.params))
 
 
@@ -214,8 +245,8 @@ def helper_functions(catalog):
 
 
 def _helpers_module(template, fns, printer, header):
-    items = [dict(name=f.name, params=[p.name for p in f.params], doc=f.doc, lines=function_lines(f, printer))
-             for f in fns]
+    items = [dict(name=f.name, params=[p.name for p in f.params], doc=f.doc, lines=function_lines(f, printer),
+                  macro=f.macro) for f in fns]
     return render(template, header=header, functions=items)
 
 

@@ -150,6 +150,11 @@ class Function:
     lets: Tuple[Tuple[str, Expr], ...]
     result: Expr
     doc: str = ""
+    # TileLang: a T.macro, so that each let is bound once (a let statement) instead of its expression
+    # being repeated at every use; large repeated trees made CUDA lowering of the encoders take minutes.
+    # Only for helpers whose argument may be evaluated unconditionally (encoders: their argument is a
+    # computed value, and their result is stored under the store's own guard).
+    macro: bool = False
 
     @property
     def dtype(self):

@@ -188,11 +188,45 @@ class _KernelLowering:
 
     def _pack_multiple(self, axis):
         mult = 1
-        for name, t in self.spec.outputs.items():
-            if t.scale_ref and t.view[-1][-1] == axis:
-                fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
-                mult = max(mult, fmt.per_word)
+        for t in self.spec.tensors.values():
+            pk = self.packing(t)
+            if pk and t.view[-1][-1] == axis:
+                mult = max(mult, pk.codes)
         return mult
+
+    def tensor_format(self, t):
+        """('element' | 'scale', format) of a tensor declared with `format:` or `scale_format:`, else None."""
+        if t.format_ref:
+            return "element", self.catalog.resolve_format(self.spec, t.format_ref, self.variant, "element")
+        if t.scale_ref:
+            return "scale", self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
+        return None
+
+    def packing(self, t):
+        """The word packing of a tensor's codes in this variant, or None."""
+        kf = self.tensor_format(t)
+        if kf is None:
+            return None
+        kind, fmt = kf
+        return fmt.pack if kind == "element" else fmt.packing
+
+    def layout(self, t):
+        """The tensor's layout in this variant when it is not row-major, else None."""
+        if not t.layout_ref:
+            return None
+        lay = self.catalog.resolve_format(self.spec, t.layout_ref, self.variant, "layout")
+        return lay if lay.order == "col_major" else None
+
+    def at(self, t, parts):
+        """Subscript of a tensor element from its per-dim indices (reversed for a column-major layout)."""
+        return ", ".join(reversed(parts) if self.layout(t) else parts)
+
+    def group_index(self, group, at=None):
+        at = at or {}
+        idx = at.get(group[0]) or self.gidx(group[0])
+        for a in group[1:]:
+            idx = f"({idx} * N_{a} + {at.get(a) or self.gidx(a)})"
+        return idx
 
     def gidx(self, axis):
         return f"(b_{axis} * B_{axis} + i_{axis})" if axis in self.tiled else f"i_{axis}"
@@ -211,14 +245,9 @@ class _KernelLowering:
         return " and ".join(conds) if len(conds) < 2 else "(" + ") & (".join(conds) + ")"
 
     def tensor_index(self, tensor, fixed=()):
+        """Subscript of the tile element of a tensor; `fixed` pins axes to constant indices (a `take`)."""
         at = {a: str(i) for a, i in fixed}
-        parts = []
-        for group in tensor.view:
-            idx = at.get(group[0]) or self.gidx(group[0])
-            for a in group[1:]:
-                idx = f"({idx} * N_{a} + {at.get(a) or self.gidx(a)})"
-            parts.append(idx)
-        return ", ".join(parts)
+        return self.at(tensor, [self.group_index(group, at) for group in tensor.view])
 
     def loop_axes(self, axes):
         return [(f"i_{a}", f"B_{a}") for a in axes]
@@ -299,6 +328,13 @@ class _KernelLowering:
         args += [sym(prm.name) for prm in self.spec.static_params]
         self.dtype_src = {}
         for tname, t in self.spec.inputs.items():
+            kf = self.tensor_format(t)
+            if kf is not None:
+                self.dtype_src[tname] = repr(self.format_storage(t))
+                tensors.append((tname, self.shape_src(t, packed=True), self.dtype_src[tname]))
+                if kf[0] == "element" and not kf[1].pack:
+                    dispatch.append((f"LOAD_{tname}", tname, {kf[1].name: self.loader(kf[1].name)}))
+                continue
             if t.like:
                 self.dtype_src[tname] = self.dtype_src[t.like]
             elif len(t.dtypes) > 1:
@@ -320,6 +356,12 @@ class _KernelLowering:
                 dispatch.append((f"STORE_{tname}", t.like,
                                  {dt: f"lambda v: {self.encode_format(self.catalog.elements[dt], 'v')}" for dt in t.dtypes}))
             tensors.append((tname, self.shape_src(t, packed=True), self.output_storage(t)))
+        for t in self.spec.tensors.values():
+            pk = self.packing(t)
+            if pk and len(t.view[-1]) > 1:
+                axis = t.view[-1][-1]
+                checks.append((f"N_{axis} % {pk.codes} == 0",
+                               f"{t.name}: {pk.codes} codes share a word, so they must not straddle axis {axis}"))
         self.printer = TileLangPrinter(self._var_src)
         stored = {v.name: tname for tname, v in p.outputs.items()}
         for st in p.steps:
@@ -331,7 +373,8 @@ class _KernelLowering:
                     load, zero = elem, f"T.cast(0, {self.dtype_src[st.tensor]})"
                 else:
                     self.buffer(out)
-                    load, zero = f"LOAD_{st.tensor}({elem})", "T.float32(0.0)" if out.dtype == "f32" else "T.int32(0)"
+                    load = self.load_src(st.tensor, self.spec.inputs[st.tensor], getattr(st, "fixed", ()))
+                    zero = "T.float32(0.0)" if out.dtype == "f32" else "T.int32(0)"
                 g = self.row_guard(out.axes)
                 # each load in a loop of its own: TileLang then vectorizes it to 16 bytes on sm_90a (a loop
                 # that also loads or computes other tiles gets 8-byte accesses)
@@ -436,40 +479,85 @@ class _KernelLowering:
 
     def shape_src(self, t, packed=False):
         dims = [py_expr(s) for s in t.shape]
-        if packed and t.scale_ref:
-            fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
-            if fmt.pack:
-                dims[-1] = f"T.ceildiv({dims[-1]}, {fmt.per_word})"
+        pk = self.packing(t) if packed else None
+        if pk:
+            dims[-1] = f"T.ceildiv({dims[-1]}, {pk.codes})" + (f" * {pk.words}" if pk.words > 1 else "")
+        lay = self.layout(t)
+        if lay:
+            pad = lay.pad_elems(_BYTES[self.format_storage(t)])
+            dims = [dims[1], f"T.ceildiv({dims[0]}, {pad}) * {pad}"]
         return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+    def format_storage(self, t):
+        """TileLang dtype of a tensor declared with a format: the packing word, or the format's storage."""
+        kind, fmt = self.tensor_format(t)
+        pk = self.packing(t)
+        if pk:
+            return pk.word
+        if kind == "scale":
+            return fmt.torch_dtype
+        return self.storage(fmt.name)
 
     def output_storage(self, t):
         """Source of the TileLang dtype an output is stored as."""
         if t.like:
             return self.dtype_src[t.like]
-        if t.format_ref:
-            fmt = self.catalog.resolve_format(self.spec, t.format_ref, self.variant, "element")
-            native = fmt.native_on(self.arch.backend)
-            return repr(native if (native and fmt.name in self.native) else fmt.storage)
-        if t.scale_ref:
-            fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
-            return repr(fmt.torch_dtype)
+        if self.tensor_format(t) is not None:
+            return repr(self.format_storage(t))
         return repr(self.storage(t.dtypes[0]))
+
+    def load_src(self, tname, t, fixed=()):
+        """Source of one element of an input as float32 (or int32): decoded, unpacked where packed.
+        `fixed` pins axes to constant indices (a `take`)."""
+        kf = self.tensor_format(t)
+        if kf is None or (kf[0] == "element" and not kf[1].pack):
+            return f"LOAD_{tname}({tname}[{self.tensor_index(t, fixed)}])"
+        kind, fmt = kf
+        pk = self.packing(t)
+        if pk:
+            parts = [self.group_index(g) for g in t.view]
+            e, n = parts[-1], pk.codes
+
+            def var(v):
+                if v.name == "j":
+                    return f'T.cast(({e}) % {n}, "uint32")'
+                at = ", ".join(parts[:-1] + [f"({e}) // {n} * {pk.words} + {v.name[1:]}"])
+                return f'T.cast({tname}[{at}], "uint32")'
+            words = [ir.Var(f"w{k}", ir.U32) for k in range(pk.words)]
+            code = pk.unpack_ir(n - 1, words)
+            for j in reversed(range(n - 1)):
+                code = ir.op("select", ir.op("eq", ir.Var("j", ir.U32), ir.u32(j)), pk.unpack_ir(j, words), code)
+            code = TileLangPrinter(var)(code)
+        elif fmt.store == "float":
+            return f"{tname}[{self.tensor_index(t)}]"
+        else:
+            code = f'T.cast({tname}[{self.tensor_index(t)}], "uint32")'
+        if kind == "element":
+            self.helpers.add(f"decode_{fmt.name}")
+            return f"decode_{fmt.name}({code})"
+        return f'T.reinterpret(({code}) << T.uint32(23), "float32")'     # a UE8M0 byte: 2^(byte - 127)
 
     def store(self, tname, v):
         t = self.spec.outputs[tname]
         src = self.value_src(v)
-        if t.scale_ref:
-            fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
-            if fmt.pack:
-                return self.store_packed(tname, t, v, fmt)
-            if fmt.store == "exponent_byte":
-                src = f'T.cast({_exponent_byte(src)}, "uint8")'
+        kf = self.tensor_format(t)
+        pk = self.packing(t)
+        if kf and kf[0] == "scale":
+            if kf[1].store == "exponent_byte":
+                src = _exponent_byte(src)
+                if not pk:
+                    src = f'T.cast({src}, "uint8")'
+        elif pk:
+            self.helpers.add(f"encode_{kf[1].name}")
+            src = f"encode_{kf[1].name}({src})"
         else:
             src = src if v.dtype == RAW else self.encode_store(t, src)
         if self.accumulates(v):
             # a sum over the rows of every block: each block adds its partial sum (the output starts at 0)
             self.loop_for(v.axes).stores.append((None, f"T.atomic_add({tname}[{self.tensor_index(t)}], {src})"))
             return
+        if pk:
+            return self.store_packed(tname, t, v, pk, src)
         if not t.scale_ref and t.axes[-1] != v.axes[-1]:
             return self.store_transposed(tname, t, v, src)
         self.loop_for(v.axes).stores.append((f"{tname}[{self.tensor_index(t)}]", src))
@@ -496,31 +584,44 @@ class _KernelLowering:
         loop.stores.append((f"{tname}[{self.tensor_index(t)}]", elem))
         self.add_item(loop)
 
-    def store_packed(self, tname, t, v, fmt):
-        """Pack `per_word` consecutive exponent bytes along the tensor's last axis into one word.
+    def store_packed(self, tname, t, v, pk, code_src):
+        """Pack `pk.codes` consecutive codes along the tensor's innermost axis into `pk.words` words.
 
-        The bytes are staged in shared memory: a word gathers elements that other threads computed.
+        The codes are staged in shared memory on GPUs, where a word gathers codes that other threads
+        computed (one thread needs no sharing, and the C backend allows one shared buffer). Codes past the
+        axis's extent (a last, partial packet) are zero.
         """
-        axis, w, bits = t.view[-1][-1], fmt.per_word, fmt.pack["bits"]
-        stage = f"{tname}_bytes"
+        axis, n = t.view[-1][-1], pk.codes
+        stage = f"{tname}_codes"
         self.allocs.append((stage, self.tile_shape(v.axes), '"uint32"', self.shared))
         self.buffers[stage] = stage
-        self.loop_for(v.axes).assigns.append((f"{stage}[{', '.join(f'i_{a}' for a in v.axes)}]",
-                                              _exponent_byte(self.value_src(v))))
-        # words past the packed tensor's end are not stored (their bytes are masked below)
-        guard = self.row_guard([a for a in v.axes if a != axis],
-                               [f"i_{axis}w * {w} < N_{axis}"] if axis in self.padded else [])
-        loop = Loop([(f"i_{a}w" if a == axis else f"i_{a}", f"T.ceildiv(B_{a}, {w})" if a == axis else f"B_{a}")
+        self.loop_for(v.axes).assigns.append((f"{stage}[{', '.join(f'i_{a}' for a in v.axes)}]", code_src))
+        guard = self.row_guard([a for a in v.axes if a != axis])
+        if axis in self.padded:     # packets that lie wholly in the padding are not stored
+            guard = " & ".join(f"({g})" for g in (guard, f"i_{axis}p * {n} < N_{axis}") if g)
+        loop = Loop([(f"i_{a}p" if a == axis else f"i_{a}", f"T.ceildiv(B_{a}, {n})" if a == axis else f"B_{a}")
                      for a in v.axes], guard=guard)
-        terms = []
-        for j in range(w):
-            local = f"i_{axis}w * {w} + {j}"
-            glob = f"b_{axis} * B_{axis} + {local}" if axis in self.tiled else local
-            byte = f"{stage}[{', '.join(local if a == axis else f'i_{a}' for a in v.axes)}]"
-            terms.append(f"(T.if_then_else({glob} < N_{axis}, {byte}, T.uint32(0)) << T.uint32({bits * j}))")
-        word = f"b_{axis} * T.ceildiv(B_{axis}, {w}) + i_{axis}w" if axis in self.tiled else f"i_{axis}w"
-        index = ", ".join(word if grp[-1] == axis else self.gidx(grp[0]) for grp in t.view)
-        loop.stores.append((f"{tname}[{index}]", f'T.reinterpret({" | ".join(terms)}, "{fmt.pack["word"]}")'))
+        packet = f"b_{axis} * T.ceildiv(B_{axis}, {n}) + i_{axis}p" if axis in self.tiled else f"i_{axis}p"
+        group = t.view[-1]
+        if len(group) > 1:
+            packet = f"{self.group_index(group[:-1])} * T.ceildiv(N_{axis}, {n}) + {packet}"
+        for k in range(pk.words):
+            terms = []
+            for j, r, bits, sh in pk.word_pieces(k):
+                local = f"i_{axis}p * {n} + {j}"
+                glob = f"b_{axis} * B_{axis} + {local}" if axis in self.tiled else local
+                code = f"{stage}[{', '.join(local if a == axis else f'i_{a}' for a in v.axes)}]"
+                term = f"T.if_then_else({glob} < N_{axis}, {code}, T.uint32(0))"
+                if r:
+                    term = f"({term} >> T.uint32({r}))"
+                if r + bits < pk.width:
+                    term = f"({term} & T.uint32({(1 << bits) - 1}))"
+                terms.append(f"({term} << T.uint32({sh}))")
+            word = " | ".join(terms)
+            word = f'T.reinterpret({word}, "{pk.word}")' if pk.word_bits == 32 else f'T.cast({word}, "{pk.word}")'
+            at = f"({packet}) * {pk.words} + {k}" if pk.words > 1 else packet
+            index = self.at(t, [at if grp is group else self.group_index(grp) for grp in t.view])
+            loop.stores.append((f"{tname}[{index}]", word))
         self.add_item(loop)
 
     def topk(self, st, stored):
@@ -550,6 +651,10 @@ class _KernelLowering:
                         names["pick"], f"i_{over}", f"N_{over}", f"N_{new}", f"i_{new}",
                         f"{tname}[{self.tensor_index(t)}]", rhs,
                         self.row_guard(rest), src.axes.index(over))
+
+
+_BYTES = {"float32": 4, "int32": 4, "uint32": 4, "int16": 2, "uint16": 2, "bfloat16": 2, "int8": 1, "uint8": 1,
+          "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
 def _exponent_byte(src):

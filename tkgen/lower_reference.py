@@ -49,11 +49,17 @@ class _ReferenceLowering:
         for tname, t in sorted(spec.inputs.items(), key=lambda kv: kv[1].optional):
             if t.optional and not self.variant.get(f"?{tname}"):
                 continue
+            num, den = self.container_ratio(t)
             for i, s in enumerate(t.shape):
                 b = binding(s, spec.dims)
-                if b and b[0] not in bound:
-                    binds.append((sym(b[0]), f"{tname}.shape[{i}]" + (f" // {b[1]}" if b[1] > 1 else "")))
-                    bound.add(b[0])
+                if not b or b[0] in bound:
+                    continue
+                last = i == len(t.shape) - 1 and (num, den) != (1, 1)
+                if last and t.scale_ref:
+                    continue                  # packed scales may end in a partial word
+                size = f"{tname}.shape[{i}] * {den} // {num}" if last else f"{tname}.shape[{i}]"
+                binds.append((sym(b[0]), f"({size}) // {b[1]}" if b[1] > 1 else size))
+                bound.add(b[0])
         for ax_name, ax in spec.axes.items():
             binds.append((f"N_{ax_name}", py_expr(ax.extent, tl=False)))
         for tname in sorted(p.rounds):
@@ -70,7 +76,7 @@ class _ReferenceLowering:
             out = st.out
             if isinstance(st, (Load, Copy)):
                 t = spec.inputs[st.tensor]
-                plan.lines.append(("assign", out.name, self.load(t, st.tensor, out, getattr(st, "fixed", ()),
+                plan.lines.append(("assign", out.name, self.load(t, st.tensor, out, plan.helpers, getattr(st, "fixed", ()),
                                                                  raw=isinstance(st, Copy))))
             elif isinstance(st, Map):
                 printer = TorchPrinter(lambda v, axes=out.axes: self._var(v, axes))
@@ -97,7 +103,9 @@ class _ReferenceLowering:
                 dt = f"{t.like}.dtype" if t.like else f"torch.{self.container(t)}"
                 plan.returns.append(f"torch.empty(0, dtype={dt})")
                 continue
-            plan.returns.append(self.store(t, p.outputs[tname], plan.helpers))
+            src = self.store(t, p.outputs[tname], plan.helpers)
+            pad = col_pad(self.catalog, spec, t, self.variant)
+            plan.returns.append(f"_col_major({src}, {pad})" if pad else src)
         return plan
 
     def reduce_source(self, st):
@@ -129,15 +137,26 @@ class _ReferenceLowering:
             return self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale").torch_dtype
         return t.dtypes[0] if t.dtypes[0] in ("int32", "int64") else self.catalog.elements[t.dtypes[0]].torch_dtype
 
+    def container_ratio(self, t):
+        if t.format_ref:
+            return self.catalog.resolve_format(self.spec, t.format_ref, self.variant, "element").container_ratio()
+        if t.scale_ref:
+            fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
+            return (1, fmt.per_word)
+        return 1, 1
+
     def _index_shape(self, axes, over):
         return "(" + ", ".join(f"N_{a}" if a == over else "1" for a in axes) + ("," if len(axes) == 1 else "") + ")"
 
     def view_shape(self, t):
         return "(" + ", ".join(f"N_{a}" for a in t.axes) + ("," if len(t.axes) == 1 else "") + ")"
 
-    def load(self, t, name, value, fixed=(), raw=False):
+    def load(self, t, name, value, helpers, fixed=(), raw=False):
         dt = t.dtypes
-        conv = f"{name}.to(torch.int64)" if all(d in ("int32", "int64") for d in dt) else f"{name}.to(torch.float32)"
+        if t.format_ref or t.scale_ref:
+            conv = self.load_format(t, name, helpers)
+        else:
+            conv = f"{name}.to(torch.int64)" if all(d in ("int32", "int64") for d in dt) else f"{name}.to(torch.float32)"
         conv = name if raw else conv     # copied elements keep their dtype and bits
         b, r = next(iter(self.spec.axes)), self.spec.row_inner
         for i in self.row_dims(t):
@@ -149,6 +168,24 @@ class _ReferenceLowering:
             axes.remove(a)
         perm = [axes.index(a) for a in value.axes]
         return src + (f".permute{tuple(perm)}" if perm != sorted(perm) else "")
+
+    def load_format(self, t, name, helpers):
+        """An input declared with a format, as float32: unpacked, then decoded (elements through the
+        generated decoder, as the CPU kernel does; UE8M0 bytes as 2^(byte - 127))."""
+        if t.format_ref:
+            fmt = self.catalog.resolve_format(self.spec, t.format_ref, self.variant, "element")
+            if fmt.is_float32:
+                return f"{name}.to(torch.float32)"
+            helpers.add(f"decode_{fmt.name}")
+            codes = f"_unpack_codes({name}, {fmt.pack.key()!r})" if fmt.pack else f"_codes_of({name})"
+            return f"decode_{fmt.name}({codes})"
+        fmt = self.catalog.resolve_format(self.spec, t.scale_ref, self.variant, "scale")
+        if fmt.store == "float":
+            return f"{name}.to(torch.float32)"
+        codes = f"_codes_of({name})"
+        if fmt.pack:
+            codes = f"_unpack_codes({name}, {fmt.packing.key()!r})[..., :{py_expr(t.shape[-1])}]"
+        return f"_from_bits({codes} << 23)"
 
     def store(self, t, value, helpers):
         src = value.name
@@ -171,7 +208,7 @@ class _ReferenceLowering:
                 return f"{src}.reshape{shape}"
             byte = f"_exponent_byte({src}.reshape{shape})"
             if fmt.pack:
-                return f"_pack_words({byte}, {fmt.per_word}, {fmt.pack['bits']}, torch.{fmt.pack['word']})"
+                return f"_pack_codes({byte}, {fmt.packing.key()!r}, torch.{fmt.pack['word']})"
             return f"{byte}.to(torch.uint8)"
         if t.like:
             table = []
@@ -190,8 +227,22 @@ class _ReferenceLowering:
             if fmt.is_float32:
                 return f"{src}.reshape{shape}"
             helpers.add(f"encode_{fmt.name}")
+            if fmt.pack:
+                return f"_pack_codes(encode_{fmt.name}({src}).reshape{shape}, {fmt.pack.key()!r}, torch.{fmt.torch_dtype})"
             return f"_codes_as(encode_{fmt.name}({src}), torch.{fmt.storage}, torch.{fmt.torch_dtype}).reshape{shape}"
         return f"{src}.to(torch.{t.dtypes[0]}).reshape{shape}"
+
+
+def col_pad(catalog, spec, t, variant):
+    """The row padding (in elements) of an output stored column-major in this variant, else None."""
+    if not t.layout_ref:
+        return None
+    lay = catalog.resolve_format(spec, t.layout_ref, variant, "layout")
+    if lay.order != "col_major":
+        return None
+    from .runtime.ops import TORCH_DTYPES
+    from .generate import output_dtype
+    return lay.pad_elems(TORCH_DTYPES[output_dtype(catalog, spec, t, variant)].itemsize)
 
 
 def lower_reference(spec, program, variant, catalog, name):

@@ -67,6 +67,7 @@ class Tensor:
     dtypes: Tuple[str, ...]                  # element formats / integer types it may have (inputs)
     format_ref: Optional[str]                # an element-format name or a param naming one
     scale_ref: Optional[str]                 # a scale-format name or a param naming one
+    layout_ref: Optional[str]                # a layout name or a param naming one (None: row-major)
     shape: Tuple[E.Node, ...]
     shape_text: Tuple[str, ...]
     view: Tuple[Tuple[str, ...], ...]        # per tensor dim, the axes (major first) that index it
@@ -205,6 +206,7 @@ class Catalog:
     scales: Dict[str, F.ScaleFormat]
     archs: Dict[str, Arch]
     documents: Dict[Path, Document]
+    layouts: Dict[str, F.Layout] = field(default_factory=dict)
 
     def op(self, name: str) -> OpSpec:
         if name not in self.ops:
@@ -217,7 +219,7 @@ class Catalog:
     def resolve_format(self, spec: OpSpec, ref: str, variant: dict, kind: str):
         """A tensor's format reference: a format name, or a param whose value in this variant names one."""
         name = variant.get(ref, ref)
-        table = self.elements if kind == "element" else self.scales
+        table = {"element": self.elements, "scale": self.scales, "layout": self.layouts}[kind]
         return table[name]
 
 
@@ -268,11 +270,28 @@ def _check_row_groups(doc, base, view, shape, block_axis, inner, dyn):
 
 def build_format(doc: Document):
     d = doc.data
+    if d["kind"] == "layout":
+        return F.layout_from_data(d)
     if d["kind"] == "element":
         fmt = F.element_from_data(d)
         if fmt.specials == "ieee" and fmt.mantissa_bits == 0:
             raise doc.error(("specials",), "an ieee format needs at least one mantissa bit for NaN")
+        if "per_word" in d.get("pack", {}):
+            raise doc.error(("pack",), "element formats pack as {codes, words, word, order}")
+        pk = fmt.pack
+        if pk is not None:
+            if pk.codes * pk.width != pk.total:
+                raise doc.error(("pack",), f"{pk.codes} codes of {pk.width} bits do not fill {pk.words} {pk.word} "
+                                           f"word(s) ({pk.total} bits) exactly")
+            if (pk.words * F.INT_DTYPES[pk.word]) % F.CONTAINER_BYTES.get(fmt.torch_dtype, 1):
+                raise doc.error(("container",), "a packet must hold a whole number of container elements")
+            if fmt.native:
+                raise doc.error(("native",), "a packed format is stored through its software codec only")
+        if fmt.rounding == "truncate_carry" and fmt.exponent_bits == 8:
+            raise doc.error(("rounding",), "truncate_carry needs fewer than 8 exponent bits")
         return fmt
+    if "codes" in d.get("pack", {}):
+        raise doc.error(("pack",), "scale formats pack as {per_word, bits, word}")
     if d["store"] == "exponent_byte" and d["value"] != "pow2_ceil":
         raise doc.error(("store",), "exponent_byte storage needs value: pow2_ceil")
     return F.scale_from_data(d)
@@ -289,9 +308,10 @@ def build_arch(doc: Document) -> Arch:
                 doc.path, d.get("pad_reduced", False))
 
 
-def build_op(doc: Document, elements, scales, arch_names) -> OpSpec:
+def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpec:
     d = doc.data
     taken = {}
+    layouts = layouts or {}
 
     def claim(name, kind, path):
         if name in taken:
@@ -389,7 +409,14 @@ def build_op(doc: Document, elements, scales, arch_names) -> OpSpec:
                 raise doc.error(base + (key,), f"`{key}` is for {'inputs' if role == 'output' else 'outputs'} only")
         if t.get("optional") and "absent" not in t:
             raise doc.error(base + ("optional",), "an optional input needs `absent:`, the value `load` gives without it")
-        return Tensor(name, role, t.get("doc", ""), dtypes, t.get("format"), t.get("scale_format"), shape,
+        if "layout" in t:
+            ref = t["layout"]
+            for n in (params[ref].choices if ref in params else (ref,)):
+                if n not in layouts:
+                    raise doc.error(base + ("layout",), f"unknown layout {n!r}; expected one of {sorted(layouts)}")
+            if role != "output" or len(shape) != 2:
+                raise doc.error(base + ("layout",), "a layout applies to 2-D outputs")
+        return Tensor(name, role, t.get("doc", ""), dtypes, t.get("format"), t.get("scale_format"), t.get("layout"), shape,
                       tuple(str(s) for s in t["shape"]), view, exact, dict(t.get("values", {})), tuple(when),
                       bool(t.get("optional", False)), t.get("absent"), like, optional_when)
 
@@ -455,11 +482,12 @@ def load_catalog(root) -> Catalog:
     """Read and check every spec file under `root` (formats and archs first, then operators)."""
     root = Path(root)
     docs = {p: read(p) for p in sorted(root.rglob("*.yaml"))}
-    elements, scales, archs = {}, {}, {}
+    elements, scales, archs, layouts = {}, {}, {}, {}
     for path, doc in docs.items():
         if doc.kind == "format":
             fmt = build_format(doc)
-            table = elements if isinstance(fmt, F.ElementFormat) else scales
+            table = (elements if isinstance(fmt, F.ElementFormat) else layouts if isinstance(fmt, F.Layout)
+                     else scales)
             if fmt.name in table:
                 raise doc.error(("format",), f"format {fmt.name!r} is defined twice")
             table[fmt.name] = fmt
@@ -469,11 +497,11 @@ def load_catalog(root) -> Catalog:
     ops = {}
     for path, doc in docs.items():
         if doc.kind == "op":
-            spec = build_op(doc, elements, scales, set(archs))
+            spec = build_op(doc, elements, scales, set(archs), layouts)
             if spec.name in ops:
                 raise doc.error(("op",), f"operator {spec.name!r} is defined twice")
             ops[spec.name] = spec
-    catalog = Catalog(root, ops, elements, scales, archs, docs)
+    catalog = Catalog(root, ops, elements, scales, archs, docs, layouts)
     from .autograd import plan   # a backward block names another op: checked once all are loaded
     for spec in ops.values():
         plan(catalog, spec)
@@ -491,7 +519,7 @@ def validate_files(paths, root=None):
             if doc.kind == "op":
                 if base is None:
                     raise SpecError(p, 1, 1, (), "operator specs need the formats and archs of a specs directory")
-                build_op(doc, base.elements, base.scales, set(base.archs))
+                build_op(doc, base.elements, base.scales, set(base.archs), base.layouts)
             elif doc.kind == "format":
                 build_format(doc)
             else:

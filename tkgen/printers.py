@@ -24,6 +24,15 @@ def _float_literal(v: float) -> str:
     return repr(float(v))
 
 
+def _c_exact(v: float) -> bool:
+    """Whether a float32 constant survives TVM's C code generator, which prints 7 significant digits."""
+    import struct
+    if v != v or v in (float("inf"), float("-inf")):
+        return True
+    f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]  # noqa: E731
+    return f32(float(f"{v:.6e}")) == f32(v)
+
+
 class TileLangPrinter:
     """PrimExpr source for tilelang.language as T. `var` maps an IR Var to its source (a tile element)."""
 
@@ -33,6 +42,10 @@ class TileLangPrinter:
     def __call__(self, e: ir.Expr) -> str:
         if isinstance(e, ir.Const):
             if e.dtype == F32:
+                if not _c_exact(e.value):     # the bit pattern, or the C source would round the constant
+                    import struct
+                    bits = struct.unpack("<I", struct.pack("<f", e.value))[0]
+                    return f'T.reinterpret(T.uint32({hex(bits)}), "float32")'
                 return f"T.float32({_float_literal(e.value)})"
             if e.dtype == U32:
                 return f"T.uint32({hex(e.value) if e.value > 255 else e.value})"

@@ -26,6 +26,8 @@ RAW = "raw"                    # the dtype of `copy` values: stored elements, mo
 _UNARY_MATH = {"exp", "log", "sqrt", "rsqrt"}
 ELEMENTWISE = {"max": (2, 2), "min": (2, 2), "abs": (1, 1), "clamp": (3, 3), "where": (3, 3),
                "sigmoid": (1, 1), "round_to": (2, 2), **{f: (1, 1) for f in _UNARY_MATH}}
+# functions whose first argument names an element format (or a param naming one)
+FORMAT_FUNCTIONS = {"min_amax": 1}
 _BINOPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne", "<": "lt", "<=": "le",
            ">": "gt", ">=": "ge", "and": "and", "or": "or"}
 
@@ -193,7 +195,7 @@ class _Builder:
             if not isinstance(t, E.Name) or t.id not in self.spec.inputs:
                 self.fail(idx, f"load takes an input tensor ({', '.join(self.spec.inputs)})")
             tensor = self.spec.inputs[t.id]
-            is_int = all(dt in ("int32", "int64") for dt in tensor.dtypes)
+            is_int = bool(tensor.dtypes) and all(dt in ("int32", "int64") for dt in tensor.dtypes)
             if tensor.optional and not self.variant.get(f"?{t.id}"):
                 self.define(idx, targets[0], (), F32)        # checks the name; the value is a constant
                 del self.values[targets[0]]
@@ -297,6 +299,8 @@ class _Builder:
                 return op(_BINOPS[node.op], rec(node.lhs), rec(node.rhs))
             except (TypeError, KeyError) as e:
                 self.fail(idx, f"operator {node.op!r}: {e}")
+        if isinstance(node, E.Call) and node.fn in FORMAT_FUNCTIONS:
+            return self.format_function(idx, node, rec)
         if isinstance(node, E.Call):
             if node.fn in STRUCTURAL:
                 self.fail(idx, f"{node.fn} cannot be used here")
@@ -344,6 +348,16 @@ class _Builder:
         self.steps = kept[::-1]
         for name in [n for n in self.values if n not in live]:
             del self.values[name]
+
+    def format_function(self, idx, node, rec):
+        """`min_amax(fmt)`: the format's amax floor, a float32 constant."""
+        want = FORMAT_FUNCTIONS[node.fn]
+        if len(node.args) != want:
+            self.fail(idx, f"{node.fn} takes {want} argument(s), found {len(node.args)}")
+        fmt = self.format_arg(idx, node.args[0], self.elements, "element")
+        if fmt.min_amax is None:
+            self.fail(idx, f"format {fmt.name!r} declares no min_amax")
+        return ir.c(fmt.min_amax)
 
     def finish(self):
         outputs = {}

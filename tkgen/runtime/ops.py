@@ -14,6 +14,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 
 from .compile import compile_kernel
+from .layouts import col_major_empty, col_major_storage
 
 TORCH_DTYPES = {
     "fp32": torch.float32, "bf16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64,
@@ -40,15 +41,26 @@ class InputInfo:
     name: str
     dtypes: Tuple[str, ...]
     shape: Tuple[str, ...]             # per dim: a dim name to bind, or an expression text checked after binding
-    shape_fn: Callable                 # dims -> expected shape
+    shape_fn: Callable                 # dims -> expected logical shape
     optional: bool = False             # may be None
     binds: Tuple = ()                  # per tensor dim: (dim, factor) when its size is factor * dim, else None
     like: Optional[str] = None         # must have the dtype of this input
+    codec: Optional[Callable] = None   # variant -> codec dict of an input declared with a format (see below)
 
     @property
     def dtype_arg(self) -> bool:
         """Whether the kernel factory takes this input's dtype (several allowed, not tied to another)."""
         return len(self.dtypes) > 1 and self.like is None
+
+    # A codec dict: {"kind": "element" | "scale", "name": format, "container": torch dtype name,
+    # "packet": (codes, container elements): `codes` logical elements of the last dim take that many
+    # container elements, "pack": Packing key or None, "store": how a scale is stored}.
+    def container_shape(self, dims, variant):
+        shape = tuple(self.shape_fn(dims))
+        if self.codec is None or not shape:
+            return shape
+        codes, elems = self.codec(variant)["packet"]
+        return shape[:-1] + (-(-shape[-1] // codes) * elems,)
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,7 @@ class OutputInfo:
     exact: object = "bit"              # bit | {"ulp": n, "rate": r} | {"tol": {...}} | {"given": [...]}
     when: Optional[str] = None         # written only when this optional input is given (else empty)
     accumulate: bool = False           # a sum over the rows: every block adds into it, so it starts at 0
+    col_pad: Optional[Callable] = None  # variant -> None (row-major) or the row padding of a column-major layout
 
 
 @dataclass(frozen=True)
@@ -91,10 +104,11 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
             continue
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{op.name}: argument `{info.name}` must be a torch.Tensor, got {type(t).__name__}")
-        allowed = [TORCH_DTYPES[d] for d in info.dtypes]
-        if t.dtype not in allowed:
-            raise TypeError(f"{op.name}: argument `{info.name}` must have dtype "
-                            f"{' or '.join(str(a) for a in allowed)}, got {t.dtype}")
+        if info.codec is None:
+            allowed = [TORCH_DTYPES[d] for d in info.dtypes]
+            if t.dtype not in allowed:
+                raise TypeError(f"{op.name}: argument `{info.name}` must have dtype "
+                                f"{' or '.join(str(a) for a in allowed)}, got {t.dtype}")
         if info.like and tensors[info.like] is not None and t.dtype != tensors[info.like].dtype:
             raise TypeError(f"{op.name}: argument `{info.name}` must have the dtype of `{info.like}` "
                             f"({tensors[info.like].dtype}), got {t.dtype}")
@@ -108,12 +122,35 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
         device = t.device
         if not t.is_contiguous():
             raise ValueError(f"{op.name}: argument `{info.name}` must be contiguous (row-major); call .contiguous()")
-        for size, b in zip(t.shape, info.binds):
-            if b is not None and b[0] not in dims:
-                if int(size) % b[1]:
-                    raise ValueError(f"{op.name}: argument `{info.name}` has a dim of size {int(size)}, which "
-                                     f"must be a multiple of {b[1]} (shape [{', '.join(info.shape)}])")
-                dims[b[0]] = int(size) // b[1]
+    # structural params first: they pick the formats, which fix the containers of format-typed inputs
+    for p in op.params:
+        if p.structural:
+            _check_param(op, p, params[p.name], dims)
+    variant = variant_of(op, params, tensors)
+    for info in op.inputs:
+        t = tensors[info.name]
+        if t is None:
+            continue
+        codec = info.codec(variant) if info.codec else None
+        if codec is not None and t.dtype != TORCH_DTYPES[codec["container"]]:
+            raise TypeError(f"{op.name}: argument `{info.name}` holds {codec['name']} codes and must have dtype "
+                            f"{TORCH_DTYPES[codec['container']]}, got {t.dtype}")
+        codes, elems = codec["packet"] if codec else (1, 1)
+        for i, (size, b) in enumerate(zip(t.shape, info.binds)):
+            if b is None or b[0] in dims:
+                continue
+            size = int(size)
+            if i == len(info.shape) - 1 and (codes, elems) != (1, 1):
+                if codec["kind"] == "scale":
+                    continue                 # packed scales may end in a partial word: bound elsewhere
+                if size % elems:
+                    raise ValueError(f"{op.name}: argument `{info.name}` packs {codes} {codec['name']} codes in "
+                                     f"{elems} elements; its last dim {size} is not a multiple of {elems}")
+                size = size // elems * codes
+            if size % b[1]:
+                raise ValueError(f"{op.name}: argument `{info.name}` has a dim of size {size}, which "
+                                 f"must be a multiple of {b[1]} (shape [{', '.join(info.shape)}])")
+            dims[b[0]] = size // b[1]
     for name, dynamic, lo, hi in op.dims:
         if name not in dims:
             continue
@@ -121,36 +158,41 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
             bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
             raise ValueError(f"{op.name}: size {name} must be {bound}, got {dims[name]}")
     for p in op.params:
-        v = params[p.name]
-        if p.kind == "float":
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ValueError(f"{op.name}: `{p.name}` must be a number; got {v!r}")
-            v = float(v)
-        elif p.choices is not None:
-            allowed = [dims.get(c, c) if isinstance(c, str) and not p.structural else c for c in p.choices]
-            if isinstance(v, bool) != isinstance(allowed[0], bool) or not isinstance(v, type(allowed[0])) \
-                    or v not in allowed:
-                shown = ", ".join(f"{c} (= {dims[c]} here)" if isinstance(c, str) and c in dims and not p.structural
-                                  else repr(c) for c in p.choices)
-                raise ValueError(f"{op.name}: `{p.name}` must be one of {shown}; got {v!r}")
-        else:
-            lo, hi = p.range(dims)
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise ValueError(f"{op.name}: `{p.name}` must be an integer in [{lo}, {hi}]; got {v!r}")
-        dims[p.name] = v
+        if not p.structural:
+            _check_param(op, p, params[p.name], dims)
     for info in op.inputs:
         if tensors[info.name] is None:
             continue
-        want = tuple(info.shape_fn(dims))
+        want = info.container_shape(dims, variant)
         got = tuple(tensors[info.name].shape)
         if got != want:
             raise ValueError(f"{op.name}: argument `{info.name}` must have shape [{', '.join(info.shape)}] "
-                             f"= {want}, got {got}")
+                             f"= {want}" + (" (packed)" if want != tuple(info.shape_fn(dims)) else "") +
+                             f", got {got}")
     for text, rule in op.requires:
         if not rule(dims):
             raise ValueError(f"{op.name}: requirement `{text}` does not hold "
                              f"({', '.join(f'{k}={v}' for k, v in dims.items() if k in text)})")
     return dims
+
+
+def _check_param(op, p, v, dims):
+    if p.kind == "float":
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"{op.name}: `{p.name}` must be a number; got {v!r}")
+        v = float(v)
+    elif p.choices is not None:
+        allowed = [dims.get(c, c) if isinstance(c, str) and not p.structural else c for c in p.choices]
+        if isinstance(v, bool) != isinstance(allowed[0], bool) or not isinstance(v, type(allowed[0])) \
+                or v not in allowed:
+            shown = ", ".join(f"{c} (= {dims[c]} here)" if isinstance(c, str) and c in dims and not p.structural
+                              else repr(c) for c in p.choices)
+            raise ValueError(f"{op.name}: `{p.name}` must be one of {shown}; got {v!r}")
+    else:
+        lo, hi = p.range(dims)
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise ValueError(f"{op.name}: `{p.name}` must be an integer in [{lo}, {hi}]; got {v!r}")
+    dims[p.name] = v
 
 
 def variant_of(op: OpInfo, params, tensors) -> str:
@@ -175,8 +217,25 @@ def allocate(op: OpInfo, tensors, params, dims=None):
     variant = variant_of(op, params, tensors)
     device = _present(op, tensors)[0].device
     dts = input_dtypes(op, tensors)
-    return tuple((torch.zeros if o.accumulate else torch.empty)(o.shape_fn(dims, variant),
-                  dtype=TORCH_DTYPES[o.dtype_fn(variant, dts)], device=device) for o in op.outputs)
+    outs = []
+    for o in op.outputs:
+        shape, dtype = o.shape_fn(dims, variant), TORCH_DTYPES[o.dtype_fn(variant, dts)]
+        pad = o.col_pad(variant) if o.col_pad else None
+        if pad:
+            outs.append(col_major_empty(shape, pad, dtype, device))
+        else:
+            outs.append((torch.zeros if o.accumulate else torch.empty)(shape, dtype=dtype, device=device))
+    return tuple(outs)
+
+
+def kernel_buffers(op: OpInfo, params, tensors, outs):
+    """The buffers a kernel writes: the outputs, or the whole padded buffer behind a column-major view."""
+    variant = variant_of(op, params, tensors)
+    bufs = []
+    for o, t in zip(op.outputs, outs):
+        pad = o.col_pad(variant) if o.col_pad else None
+        bufs.append(col_major_storage(t, pad) if pad else t)
+    return bufs
 
 
 _ARCH_LOCK = threading.Lock()
@@ -214,7 +273,8 @@ def prepare(op: OpInfo, tensors, params, arch=None, schedule=None, out=None, dim
     dtypes = tuple(_dtype_name(tensors[i.name].dtype) if tensors[i.name] is not None else i.dtypes[0]
                    for i in op.inputs if i.dtype_arg)
     kernel, storages = kernel_for(op, arch, variant_of(op, params, tensors), statics, dtypes, schedule)
-    written = [o for info, o in zip(op.outputs, outs) if info.when is None or tensors[info.when] is not None]
+    written = [o for info, o in zip(op.outputs, kernel_buffers(op, params, tensors, outs))
+               if info.when is None or tensors[info.when] is not None]
     views = storage_views(storages, _present(op, tensors) + written)
     empty = op.dynamic_dim is not None and dims[op.dynamic_dim] == 0
     return (lambda: None) if empty else (lambda: kernel(*views)), outs
@@ -240,8 +300,9 @@ def run(op: OpInfo, tensors, params, arch: Optional[str] = None, out=None):
         outs = tuple(out)
         want = allocate(op, {k: v if v is None else v.to("meta") for k, v in tensors.items()}, params, dims)  # shapes only
         for o, w in zip(outs, want):
-            if o.shape != w.shape or o.dtype != w.dtype or not o.is_contiguous():
-                raise ValueError(f"{op.name}: an `out` tensor must be contiguous {w.dtype} of shape {tuple(w.shape)}")
+            if o.shape != w.shape or o.dtype != w.dtype or (o.numel() > 1 and o.stride() != w.stride()):
+                raise ValueError(f"{op.name}: an `out` tensor must be {w.dtype} of shape {tuple(w.shape)} "
+                                 f"and strides {tuple(w.stride())}")
     if op.dynamic_dim is not None and dims[op.dynamic_dim] == 0:
         return outs
     launch, outs = prepare(op, tensors, params, arch, out=outs, dims=dims)

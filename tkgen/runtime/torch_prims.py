@@ -8,7 +8,8 @@ constants are made on the inputs' device.
 import torch
 
 __all__ = ["torch", "_f32", "_t", "_bits", "_from_bits", "_wrap_i32", "_absmax", "_exponent_byte",
-           "_pack_words", "_codes_as", "_pad_dim", "_rows_valid", "_exp", "_log", "_rsqrt", "_same"]
+           "_pack_codes", "_unpack_codes", "_codes_as", "_codes_of", "_col_major", "_pad_dim", "_rows_valid",
+           "_exp", "_log", "_rsqrt", "_same"]
 
 
 def _f32(value: float) -> torch.Tensor:
@@ -46,16 +47,50 @@ def _exponent_byte(sf: torch.Tensor) -> torch.Tensor:
     return (_bits(sf) >> 23) & 0xFF
 
 
-def _pack_words(codes: torch.Tensor, per_word: int, bits: int, word: torch.dtype) -> torch.Tensor:
-    """Pack `per_word` consecutive codes of the last dim into one little-endian word; the tail is zero."""
+def _packing(key):
+    from tkgen.formats import Packing
+    return Packing(*key)
+
+
+_WORD = {"int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16, "int32": torch.int32}
+
+
+def _assemble(pieces, parts, shape, device):
+    """OR of shifted, masked pieces of `parts` (int64 tensors): one word of codes, or one code of words."""
+    out = torch.zeros(shape, dtype=torch.int64, device=device)
+    for i, r, bits, sh in pieces:
+        out |= ((parts[..., i] >> r) & ((1 << bits) - 1)) << sh
+    return out
+
+
+def _pack_codes(codes: torch.Tensor, key: tuple, container: torch.dtype) -> torch.Tensor:
+    """Pack codes (int64, along the last dim) into words as `key` = Packing(...).key() describes, then view
+    the words as `container`. A last packet that is not full is padded with zero codes."""
+    pk = _packing(key)
     n = codes.shape[-1]
-    words = -(-n // per_word)
-    padded = torch.zeros(*codes.shape[:-1], words * per_word, dtype=torch.int64, device=codes.device)
+    packets = -(-n // pk.codes)
+    padded = torch.zeros(*codes.shape[:-1], packets * pk.codes, dtype=torch.int64, device=codes.device)
     padded[..., :n] = codes
-    packed = torch.zeros(*codes.shape[:-1], words, dtype=torch.int64, device=codes.device)
-    for j in range(per_word):
-        packed |= padded[..., j::per_word] << (bits * j)
-    return _wrap_i32(packed).to(word) if word == torch.int32 else packed.to(word)
+    padded = padded.reshape(*codes.shape[:-1], packets, pk.codes)
+    words = [_assemble(pk.word_pieces(k), padded, padded.shape[:-1], codes.device) for k in range(pk.words)]
+    w = torch.stack(words, -1).reshape(*codes.shape[:-1], packets * pk.words)
+    return _codes_as(w, _WORD[pk.word], _WORD[pk.word]).view(container)
+
+
+def _unpack_codes(packed: torch.Tensor, key: tuple) -> torch.Tensor:
+    """The inverse of _pack_codes: codes (int64, u32 values) along the last dim, a whole number of packets."""
+    pk = _packing(key)
+    w = _codes_of(packed.contiguous().view(_WORD[pk.word]))
+    w = w.reshape(*w.shape[:-1], w.shape[-1] // pk.words, pk.words)
+    codes = [_assemble(pk.code_pieces(j), w, w.shape[:-1], w.device) for j in range(pk.codes)]
+    return torch.stack(codes, -1).reshape(*w.shape[:-2], w.shape[-2] * pk.codes)
+
+
+def _codes_of(x: torch.Tensor) -> torch.Tensor:
+    """An integer (or 8/16-bit float) container's bits as unsigned values in int64."""
+    width = x.element_size() * 8
+    as_int = x.view({8: torch.int8, 16: torch.int16, 32: torch.int32}[width]).to(torch.int64)
+    return as_int & ((1 << width) - 1)
 
 
 def _codes_as(codes: torch.Tensor, storage: torch.dtype, container: torch.dtype) -> torch.Tensor:
@@ -96,3 +131,12 @@ def _rsqrt(x: torch.Tensor) -> torch.Tensor:
 
 def _same(x):
     return x
+
+
+def _col_major(x: torch.Tensor, pad: int) -> torch.Tensor:
+    """A [rows, cols] tensor in the column-major layout: stored as [cols, rows padded to `pad`], returned as
+    the [rows, cols] view with strides (1, padded rows). The padding is zero here; kernels leave it alone."""
+    from .layouts import col_major_empty
+    out = col_major_empty(x.shape, pad, x.dtype, x.device)
+    out.copy_(x)
+    return out

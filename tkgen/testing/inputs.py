@@ -11,8 +11,32 @@ def _extremes(dtype):
     return info.max, info.smallest_normal, info.smallest_normal * info.eps   # max, min normal, min subnormal
 
 
+def encode_codes(values: torch.Tensor, codec: dict) -> torch.Tensor:
+    """float32 values -> the container tensor of a format-typed input (see runtime.ops.InputInfo):
+    elements through the generated encoder and packing; scales as float32 or as UE8M0 bytes of |v|
+    (exponents kept in [1, 254], so every scale is a finite, non-zero power of two)."""
+    from .. import registry
+    from ..runtime import torch_prims as P
+    registry.use_generated()
+    from tkgen_generated.common import torch_helpers as H
+    container = TORCH_DTYPES[codec["container"]]
+    if codec["kind"] == "scale" and codec["store"] == "float":
+        return values.to(torch.float32)
+    if codec["kind"] == "scale":
+        codes = ((P._bits(values.abs()) >> 23) & 0xFF).clamp(1, 254)
+    else:
+        codes = getattr(H, f"encode_{codec['name']}")(values.to(torch.float32))
+    if codec["pack"]:
+        return P._pack_codes(codes, tuple(codec["pack"]), container)
+    return P._codes_as(codes, torch.uint8 if container.itemsize == 1 else container, container)
+
+
 def materialize(recipe: dict, shape, device="cpu") -> torch.Tensor:
     """The tensor a recipe describes: same recipe and shape, same bits, on any device."""
+    if "codec" in recipe:
+        values = materialize({k: v for k, v in recipe.items() if k not in ("codec", "logical")},
+                             tuple(recipe["logical"]))
+        return encode_codes(values, recipe["codec"]).reshape(shape).to(device)
     dtype = TORCH_DTYPES[recipe["dtype"]]
     g = torch.Generator().manual_seed(recipe["seed"])
     n = 1

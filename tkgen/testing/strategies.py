@@ -50,3 +50,13 @@ def tensor_recipe(draw, dtypes, specials, finite=True):
         "style": draw(st.sampled_from(["normal", "discrete", "wide"])),
         "specials": [list(s) for s in draw(specials_list)],
     }
+
+
+def with_codec(recipe: dict, codec, logical):
+    """A recipe for an input declared with a format: values drawn as float32 over the logical shape, then
+    encoded into the format's container. Returns (recipe, container shape)."""
+    if codec is None:
+        return recipe, list(logical)
+    codes, elems = codec["packet"]
+    shape = list(logical[:-1]) + [-(-logical[-1] // codes) * elems]
+    return {**recipe, "codec": codec, "logical": list(logical)}, shape
