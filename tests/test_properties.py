@@ -54,9 +54,7 @@ def test_empty_and_single_row(name):
     def prop(case):
         op = registry.op_package(name).OP
         for rows in (0, 1):
-            dyn = op.dynamic_dim
-            c = {**case, "dims": {**case["dims"], dyn: rows}}
-            c["shapes"] = {i.name: list(i.shape_fn({**c["dims"], **c["params"]})) for i in op.inputs}
+            c = C.with_rows(op, case, rows)
             outs, _ = C.run_case(name, c, "cpu")      # shapes and values checked against the reference
             # no rows: outputs over the rows are empty, sums over them are zero-filled at their full shape
             dims = {**c["dims"], **c["params"]}
