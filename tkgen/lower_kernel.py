@@ -296,9 +296,12 @@ class _KernelLowering:
             if fmt.is_float32:
                 return value_src
             if fmt.overflow == "saturate":
-                # clamp first: the result is then the same on every target and library version
+                # clamp first: the result is then the same on every target and library version. A NaN
+                # passes around the clamp (fmaxf would make it -max) to become the format's NaN code
                 m = repr(fmt.max_value)
-                value_src = f"T.clamp({value_src}, T.float32(-{m}), T.float32({m}))"
+                clamped = f"T.clamp({value_src}, T.float32(-{m}), T.float32({m}))"
+                value_src = clamped if fmt.specials == "finite" else \
+                    f"T.if_then_else(T.isnan({value_src}), {value_src}, {clamped})"
             return f'T.cast({value_src}, "{native}")'
         self.helpers.add(f"encode_{fmt.name}")
         return f'T.cast(encode_{fmt.name}({value_src}), "{fmt.storage}")'
@@ -425,21 +428,28 @@ class _KernelLowering:
     def reduce_source(self, st):
         """The buffer a reduction reads. Over a padded axis, padding must hold the reduction's neutral
         value: loads fill padding with 0, which serves absmax and sum of loaded values; anything else
-        is reduced from a masked copy."""
+        is reduced from a masked copy. On a target whose max does not skip NaN (the C target's keeps
+        whichever operand its comparison picks, so a NaN last in a row wins), max-type reductions read a
+        copy with NaNs replaced by the neutral value: every target then skips NaN, as the reference does."""
         src = self.buffers[st.src.name]
-        if st.axis not in self.padded and st.axis not in (self.spec.row_inner, self.dyn_axis):
-            return src
-        if st.kind in ("absmax", "sum") and self._zero_filled(st.src.name):
-            return src
+        idx = ", ".join(f"i_{a}" for a in st.src.axes)
+        value = f"{src}[{idx}]"
         neutral = {"absmax": "T.float32(0.0)", "sum": "T.float32(0.0)", "max": "T.float32(-T.infinity('float32'))",
                    "min": "T.infinity('float32')"}[st.kind]
-        masked = f"{src}_masked"
-        self.allocs.append((masked, self.tile_shape(st.src.axes), '"float32"', self.alloc))
-        idx = ", ".join(f"i_{a}" for a in st.src.axes)
-        # padding of a padded axis, or rows past the dynamic size in the last row block
-        cond = f"i_{st.axis} < N_{st.axis}" if st.axis in self.padded else self.row_guard(st.src.axes)
-        self.add_item(Loop(self.loop_axes(st.src.axes),
-                           assigns=[(f"{masked}[{idx}]", f"T.if_then_else({cond}, {src}[{idx}], {neutral})")]))
+        skip_nan = st.kind != "sum" and not self.arch.max_skips_nan
+        if skip_nan:
+            value = f"T.if_then_else(T.isnan({value}), {neutral}, {value})"
+        if st.axis in self.padded or st.axis in (self.spec.row_inner, self.dyn_axis):
+            if not (st.kind in ("absmax", "sum") and self._zero_filled(st.src.name)):
+                # padding of a padded axis, or rows past the dynamic size in the last row block
+                guard = f"i_{st.axis} < N_{st.axis}" if st.axis in self.padded else self.row_guard(st.src.axes)
+                value = f"T.if_then_else({guard}, {value}, {neutral})"
+        if value == f"{src}[{idx}]":
+            return src
+        masked = f"{src}_for_{st.kind}"
+        if all(name != masked for name, *_ in self.allocs):     # else a second reduction of one kind
+            self.allocs.append((masked, self.tile_shape(st.src.axes), '"float32"', self.alloc))
+            self.add_item(Loop(self.loop_axes(st.src.axes), assigns=[(f"{masked}[{idx}]", value)]))
         return masked
 
     def _zero_filled(self, name):

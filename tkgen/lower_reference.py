@@ -16,7 +16,8 @@ from .model import binding
 from .printers import TorchPrinter
 from .stages import RAW, Copy, Load, Map, Reduce, TopK
 
-_REDUCE = {"absmax": "_absmax({src}, {dim})", "max": "{src}.amax(dim={dim})", "min": "{src}.amin(dim={dim})",
+# max-type reductions skip NaN (IEEE maxNum, as CUDA's fmaxf; the C target is made to agree)
+_REDUCE = {"absmax": "_absmax({src}, {dim})", "max": "_nanmax({src}, {dim})", "min": "_nanmin({src}, {dim})",
            "sum": "{src}.sum(dim={dim})"}
 
 

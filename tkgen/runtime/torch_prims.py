@@ -7,7 +7,9 @@ constants are made on the inputs' device.
 """
 import torch
 
-__all__ = ["torch", "_f32", "_t", "_bits", "_from_bits", "_wrap_i32", "_absmax", "_exponent_byte",
+from . import libm
+
+__all__ = ["torch", "_f32", "_t", "_bits", "_from_bits", "_wrap_i32", "_absmax", "_nanmax", "_nanmin", "_exponent_byte",
            "_pack_codes", "_unpack_codes", "_codes_as", "_codes_of", "_col_major", "_pad_dim", "_rows_valid",
            "_exp", "_log", "_rsqrt", "_same"]
 
@@ -39,7 +41,18 @@ def _from_bits(u) -> torch.Tensor:
 
 
 def _absmax(x: torch.Tensor, dim: int) -> torch.Tensor:
-    return torch.maximum(x, -x).amax(dim=dim)
+    """max |x| over `dim`, skipping NaN (0 where every element is NaN), like the kernels' reductions."""
+    return torch.where(torch.isnan(x), 0.0, torch.maximum(x, -x)).amax(dim=dim)
+
+
+def _nanmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """max over `dim`, skipping NaN (-inf where every element is NaN)."""
+    return torch.where(torch.isnan(x), -torch.inf, x).amax(dim=dim)
+
+
+def _nanmin(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """min over `dim`, skipping NaN (+inf where every element is NaN)."""
+    return torch.where(torch.isnan(x), torch.inf, x).amin(dim=dim)
 
 
 def _exponent_byte(sf: torch.Tensor) -> torch.Tensor:
@@ -118,11 +131,12 @@ def _rows_valid(blocks: int, rows: int, size: int) -> torch.Tensor:
 # torch's own float32 exp on ~99%) and prints rsqrt as 1.0f / sqrtf(x), two correctly rounded operations.
 # On CUDA the kernels and torch call the same CUDA math library (expf, logf, rsqrtf).
 def _exp(x: torch.Tensor) -> torch.Tensor:
-    return torch.exp(x) if x.is_cuda else torch.exp(x.double()).float()
+    """The exp the kernels of the inputs' device call: CUDA's expf (through torch) or the CPU's libm expf."""
+    return torch.exp(x) if x.is_cuda else libm.expf(x)
 
 
 def _log(x: torch.Tensor) -> torch.Tensor:
-    return torch.log(x) if x.is_cuda else torch.log(x.double()).float()
+    return torch.log(x) if x.is_cuda else libm.logf(x)
 
 
 def _rsqrt(x: torch.Tensor) -> torch.Tensor:
