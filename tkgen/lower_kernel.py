@@ -382,7 +382,18 @@ class _KernelLowering:
                 # each load in a loop of its own: TileLang then vectorizes it to 16 bytes on sm_90a (a loop
                 # that also loads or computes other tiles gets 8-byte accesses)
                 self.current = None
-                self.loop_for(out.axes).assigns.append((self.elem(out), f"T.if_then_else({g}, {load}, {zero})" if g else load))
+                loop = self.loop_for(out.axes)
+                if isinstance(load, tuple):
+                    # a packed element: its code is gathered into a u32 tile first, so that the decoder,
+                    # which reads its argument several times, repeats a register read and not the
+                    # unpacking loads (TVM took a minute to lower an e5m6 decode of an unpacked window).
+                    # Code 0 decodes to +0.0, the value of rows past the end
+                    code_src, decode = load
+                    code = self.buffer_named(f"{out.name}_code", out.axes, '"uint32"')
+                    loop.assigns.append((code, f"T.if_then_else({g}, {code_src}, T.uint32(0))" if g else code_src))
+                    loop.assigns.append((self.elem(out), f"{decode}({code})"))
+                else:
+                    loop.assigns.append((self.elem(out), f"T.if_then_else({g}, {load}, {zero})" if g else load))
                 self.current = None
             elif isinstance(st, Map):
                 self.helpers |= {n for n in ir.call_names(st.expr) if not n.startswith("ROUND_")}
@@ -424,6 +435,11 @@ class _KernelLowering:
         name = value.name + "_tile" if value.name in self.spec.tensors else value.name
         self.buffers[value.name] = name
         self.allocs.append((name, self.tile_shape(value.axes), dtype or f'"{_alloc_dtype(value.dtype)}"', self.alloc))
+
+    def buffer_named(self, name, axes, dtype_src):
+        """A tile of its own (not a value's), returned as its element at the loop variables."""
+        self.allocs.append((name, self.tile_shape(axes), dtype_src, self.alloc))
+        return f"{name}[{', '.join(f'i_{a}' for a in axes)}]"
 
     def reduce_source(self, st):
         """The buffer a reduction reads. Over a padded axis, padding must hold the reduction's neutral
@@ -517,35 +533,46 @@ class _KernelLowering:
         return repr(self.storage(t.dtypes[0]))
 
     def load_src(self, tname, t, fixed=()):
-        """Source of one element of an input as float32 (or int32): decoded, unpacked where packed.
-        `fixed` pins axes to constant indices (a `take`)."""
+        """Source of one element of an input as float32 (or int32): decoded, unpacked where packed; for a
+        packed element format, (source of its u32 code, name of its decoder). `fixed` pins axes to constant
+        indices (a `take`)."""
         kf = self.tensor_format(t)
         if kf is None or (kf[0] == "element" and not kf[1].pack):
             return f"LOAD_{tname}({tname}[{self.tensor_index(t, fixed)}])"
         kind, fmt = kf
         pk = self.packing(t)
         if pk:
-            parts = [self.group_index(g) for g in t.view]
-            e, n = parts[-1], pk.codes
-
-            def var(v):
-                if v.name == "j":
-                    return f'T.cast(({e}) % {n}, "uint32")'
-                at = ", ".join(parts[:-1] + [f"({e}) // {n} * {pk.words} + {v.name[1:]}"])
-                return f'T.cast({tname}[{at}], "uint32")'
-            words = [ir.Var(f"w{k}", ir.U32) for k in range(pk.words)]
-            code = pk.unpack_ir(n - 1, words)
-            for j in reversed(range(n - 1)):
-                code = ir.op("select", ir.op("eq", ir.Var("j", ir.U32), ir.u32(j)), pk.unpack_ir(j, words), code)
-            code = TileLangPrinter(var)(code)
+            code = self.unpack_src(tname, t, pk)
         elif fmt.store == "float":
             return f"{tname}[{self.tensor_index(t)}]"
         else:
             code = f'T.cast({tname}[{self.tensor_index(t)}], "uint32")'
         if kind == "element":
             self.helpers.add(f"decode_{fmt.name}")
-            return f"decode_{fmt.name}({code})"
+            return (code, f"decode_{fmt.name}") if pk else f"decode_{fmt.name}({code})"
         return f'T.reinterpret(({code}) << T.uint32(23), "float32")'     # a UE8M0 byte: 2^(byte - 127)
+
+    def unpack_src(self, tname, t, pk):
+        """Source of the u32 code of the current element of a packed input. Its bit offset in the packet
+        is linear in its index j within the packet; the code is read from the word holding its lowest bit
+        and, where it crosses into the next word, that word too (a 64-bit window). Two loads and a few
+        integer operations, rather than a select over the packet's codes, which TVM lowers slowly."""
+        parts = [self.group_index(g) for g in t.view]
+        e, n, wb, width = parts[-1], pk.codes, pk.word_bits, pk.width
+
+        def word(k):
+            at = ", ".join(parts[:-1] + [f"({e}) // {n} * {pk.words} + {k}"])
+            return f'(T.cast({tname}[{at}], "uint32") & T.uint32({(1 << wb) - 1:#x}))'
+        j = f"(({e}) % {n})"             # signed index arithmetic: TVM's simplifier rejects u32 0 - x
+        off = f"({j} * {width})" if pk.order == "lsb_first" else f"({pk.total - width} - {j} * {width})"
+        mask = f"T.uint32({(1 << width) - 1:#x})"
+        if pk.words == 1:
+            return f'(({word(0)} >> T.cast({off}, "uint32")) & {mask})'
+        low = f"({off} // {wb})"                       # the low word, counted from the packet's lsb
+        k, k_next = ((low, f"T.min({low} + 1, {pk.words - 1})") if pk.order == "lsb_first" else
+                     (f"({pk.words - 1} - {low})", f"(T.max({pk.words - 1} - {low}, 1) - 1)"))
+        window = f'(T.cast({word(k)}, "uint64") | (T.cast({word(k_next)}, "uint64") << T.uint64({wb})))'
+        return f'T.cast(({window} >> T.cast({off} % {wb}, "uint64")) & T.uint64({(1 << width) - 1:#x}), "uint32")'
 
     def store(self, tname, v):
         t = self.spec.outputs[tname]

@@ -98,7 +98,7 @@ def build_e4m3_ue8m0_bf16(H, block, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(0)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(0)) & T.uint32(255)) << T.uint32(0)), T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(1)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(8)) & T.uint32(255)) << T.uint32(0)), T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(2)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(16)) & T.uint32(255)) << T.uint32(0)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(24)) & T.uint32(255)) << T.uint32(0)))))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((i_g) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
@@ -128,7 +128,7 @@ def build_e4m3_ue8m0_fp32(H, block, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(0)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(0)) & T.uint32(255)) << T.uint32(0)), T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(1)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(8)) & T.uint32(255)) << T.uint32(0)), T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(2)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(16)) & T.uint32(255)) << T.uint32(0)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(24)) & T.uint32(255)) << T.uint32(0)))))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((i_g) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
@@ -278,7 +278,7 @@ def build_e5m2_ue8m0_bf16(H, block, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(0)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(0)) & T.uint32(255)) << T.uint32(0)), T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(1)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(8)) & T.uint32(255)) << T.uint32(0)), T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(2)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(16)) & T.uint32(255)) << T.uint32(0)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(24)) & T.uint32(255)) << T.uint32(0)))))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((i_g) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
@@ -308,7 +308,7 @@ def build_e5m2_ue8m0_fp32(H, block, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(0)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(0)) & T.uint32(255)) << T.uint32(0)), T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(1)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(8)) & T.uint32(255)) << T.uint32(0)), T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(2)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(16)) & T.uint32(255)) << T.uint32(0)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(24)) & T.uint32(255)) << T.uint32(0)))))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((i_g) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
@@ -395,9 +395,11 @@ def build_e2m1_fp32_bf16(H, block, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             qf = T.alloc_local((B_t, B_g, B_c), "float32")
+            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
             s = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, decode_e2m1(T.Select((T.cast(((i_g * N_c + i_c)) % 2, "uint32") == T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") >> T.uint32(0)) & T.uint32(15)) << T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") >> T.uint32(4)) & T.uint32(15)) << T.uint32(0)))), T.float32(0.0))
+                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((i_g * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
+                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
                 s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -426,9 +428,11 @@ def build_e2m1_fp32_fp32(H, block, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             qf = T.alloc_local((B_t, B_g, B_c), "float32")
+            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
             s = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, decode_e2m1(T.Select((T.cast(((i_g * N_c + i_c)) % 2, "uint32") == T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") >> T.uint32(0)) & T.uint32(15)) << T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") >> T.uint32(4)) & T.uint32(15)) << T.uint32(0)))), T.float32(0.0))
+                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((i_g * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
+                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
                 s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -457,11 +461,13 @@ def build_e2m1_ue8m0_bf16(H, block, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             qf = T.alloc_local((B_t, B_g, B_c), "float32")
+            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
             s = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, decode_e2m1(T.Select((T.cast(((i_g * N_c + i_c)) % 2, "uint32") == T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") >> T.uint32(0)) & T.uint32(15)) << T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") >> T.uint32(4)) & T.uint32(15)) << T.uint32(0)))), T.float32(0.0))
+                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((i_g * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
+                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(0)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(0)) & T.uint32(255)) << T.uint32(0)), T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(1)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(8)) & T.uint32(255)) << T.uint32(0)), T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(2)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(16)) & T.uint32(255)) << T.uint32(0)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(24)) & T.uint32(255)) << T.uint32(0)))))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((i_g) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
@@ -488,11 +494,13 @@ def build_e2m1_ue8m0_fp32(H, block, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             qf = T.alloc_local((B_t, B_g, B_c), "float32")
+            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
             s = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, decode_e2m1(T.Select((T.cast(((i_g * N_c + i_c)) % 2, "uint32") == T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") >> T.uint32(0)) & T.uint32(15)) << T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") >> T.uint32(4)) & T.uint32(15)) << T.uint32(0)))), T.float32(0.0))
+                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((i_g * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
+                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(0)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(0)) & T.uint32(255)) << T.uint32(0)), T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(1)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(8)) & T.uint32(255)) << T.uint32(0)), T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(2)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(16)) & T.uint32(255)) << T.uint32(0)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(24)) & T.uint32(255)) << T.uint32(0)))))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((i_g) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
@@ -519,9 +527,11 @@ def build_e2m1_ue8m0_byte_bf16(H, block, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             qf = T.alloc_local((B_t, B_g, B_c), "float32")
+            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
             s = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, decode_e2m1(T.Select((T.cast(((i_g * N_c + i_c)) % 2, "uint32") == T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") >> T.uint32(0)) & T.uint32(15)) << T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") >> T.uint32(4)) & T.uint32(15)) << T.uint32(0)))), T.float32(0.0))
+                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((i_g * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
+                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
                 s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), i_g], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -550,9 +560,11 @@ def build_e2m1_ue8m0_byte_fp32(H, block, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             qf = T.alloc_local((B_t, B_g, B_c), "float32")
+            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
             s = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, decode_e2m1(T.Select((T.cast(((i_g * N_c + i_c)) % 2, "uint32") == T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") >> T.uint32(0)) & T.uint32(15)) << T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") >> T.uint32(4)) & T.uint32(15)) << T.uint32(0)))), T.float32(0.0))
+                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((i_g * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
+                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
                 s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), i_g], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -581,9 +593,11 @@ def build_e5m6_fp32_bf16(H, block, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             qf = T.alloc_local((B_t, B_g, B_c), "float32")
+            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
             s = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, decode_e5m6(T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(20)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(1)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(8)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(2)), ((((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(0)) & T.uint32(255)) << T.uint32(4)) | (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(28)) & T.uint32(15)) << T.uint32(0))), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(3)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(16)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(4)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(4)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(5)), ((((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(0)) & T.uint32(15)) << T.uint32(8)) | (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(24)) & T.uint32(255)) << T.uint32(0))), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(6)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(12)) & T.uint32(0xfff)) << T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(0)) & T.uint32(0xfff)) << T.uint32(0)))))))))), T.float32(0.0))
+                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - (((i_g * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
+                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
                 s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -612,9 +626,11 @@ def build_e5m6_fp32_fp32(H, block, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             qf = T.alloc_local((B_t, B_g, B_c), "float32")
+            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
             s = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, decode_e5m6(T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(20)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(1)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(8)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(2)), ((((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(0)) & T.uint32(255)) << T.uint32(4)) | (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(28)) & T.uint32(15)) << T.uint32(0))), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(3)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(16)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(4)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(4)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(5)), ((((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(0)) & T.uint32(15)) << T.uint32(8)) | (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(24)) & T.uint32(255)) << T.uint32(0))), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(6)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(12)) & T.uint32(0xfff)) << T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(0)) & T.uint32(0xfff)) << T.uint32(0)))))))))), T.float32(0.0))
+                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - (((i_g * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
+                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
                 s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -643,11 +659,13 @@ def build_e5m6_ue8m0_bf16(H, block, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             qf = T.alloc_local((B_t, B_g, B_c), "float32")
+            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
             s = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, decode_e5m6(T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(20)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(1)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(8)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(2)), ((((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(0)) & T.uint32(255)) << T.uint32(4)) | (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(28)) & T.uint32(15)) << T.uint32(0))), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(3)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(16)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(4)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(4)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(5)), ((((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(0)) & T.uint32(15)) << T.uint32(8)) | (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(24)) & T.uint32(255)) << T.uint32(0))), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(6)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(12)) & T.uint32(0xfff)) << T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(0)) & T.uint32(0xfff)) << T.uint32(0)))))))))), T.float32(0.0))
+                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - (((i_g * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
+                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(0)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(0)) & T.uint32(255)) << T.uint32(0)), T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(1)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(8)) & T.uint32(255)) << T.uint32(0)), T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(2)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(16)) & T.uint32(255)) << T.uint32(0)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(24)) & T.uint32(255)) << T.uint32(0)))))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((i_g) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
@@ -674,11 +692,13 @@ def build_e5m6_ue8m0_fp32(H, block, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             qf = T.alloc_local((B_t, B_g, B_c), "float32")
+            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
             s = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, decode_e5m6(T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(20)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(1)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(8)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(2)), ((((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(0)) & T.uint32(255)) << T.uint32(4)) | (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(28)) & T.uint32(15)) << T.uint32(0))), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(3)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(16)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(4)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(4)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(5)), ((((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(0)) & T.uint32(15)) << T.uint32(8)) | (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(24)) & T.uint32(255)) << T.uint32(0))), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(6)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(12)) & T.uint32(0xfff)) << T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(0)) & T.uint32(0xfff)) << T.uint32(0)))))))))), T.float32(0.0))
+                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - (((i_g * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
+                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(0)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(0)) & T.uint32(255)) << T.uint32(0)), T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(1)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(8)) & T.uint32(255)) << T.uint32(0)), T.Select((T.cast((i_g) % 4, "uint32") == T.uint32(2)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(16)) & T.uint32(255)) << T.uint32(0)), (((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") >> T.uint32(24)) & T.uint32(255)) << T.uint32(0)))))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((i_g) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
@@ -705,9 +725,11 @@ def build_e5m6_ue8m0_byte_bf16(H, block, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             qf = T.alloc_local((B_t, B_g, B_c), "float32")
+            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
             s = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, decode_e5m6(T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(20)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(1)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(8)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(2)), ((((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(0)) & T.uint32(255)) << T.uint32(4)) | (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(28)) & T.uint32(15)) << T.uint32(0))), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(3)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(16)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(4)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(4)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(5)), ((((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(0)) & T.uint32(15)) << T.uint32(8)) | (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(24)) & T.uint32(255)) << T.uint32(0))), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(6)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(12)) & T.uint32(0xfff)) << T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(0)) & T.uint32(0xfff)) << T.uint32(0)))))))))), T.float32(0.0))
+                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - (((i_g * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
+                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
                 s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), i_g], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -736,9 +758,11 @@ def build_e5m6_ue8m0_byte_fp32(H, block, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             qf = T.alloc_local((B_t, B_g, B_c), "float32")
+            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
             s = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, decode_e5m6(T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(20)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(1)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(8)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(2)), ((((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 0], "uint32") >> T.uint32(0)) & T.uint32(255)) << T.uint32(4)) | (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(28)) & T.uint32(15)) << T.uint32(0))), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(3)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(16)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(4)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(4)) & T.uint32(0xfff)) << T.uint32(0)), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(5)), ((((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 1], "uint32") >> T.uint32(0)) & T.uint32(15)) << T.uint32(8)) | (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(24)) & T.uint32(255)) << T.uint32(0))), T.Select((T.cast(((i_g * N_c + i_c)) % 8, "uint32") == T.uint32(6)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(12)) & T.uint32(0xfff)) << T.uint32(0)), (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + 2], "uint32") >> T.uint32(0)) & T.uint32(0xfff)) << T.uint32(0)))))))))), T.float32(0.0))
+                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - (((i_g * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
+                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
                 s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), i_g], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
