@@ -110,6 +110,47 @@ def op(name: str, *args: Expr) -> Op:
     raise KeyError(f"unknown primitive {name!r}")
 
 
+_INF = float("inf")
+_FOLD = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
+         "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b, "and": lambda a, b: a and b, "or": lambda a, b: a or b}
+
+
+def _is(e, value):
+    return isinstance(e, Const) and e.value == value
+
+
+def fold(e: Expr) -> Expr:
+    """An operation simplified where its result is known exactly: comparisons, logic and negation of
+    constants, selects on a constant condition, and the identities of infinite bounds (min(x, +inf) = x,
+    max(x, -inf) = x, x > +inf and x < -inf are false). These hold for every input, NaN aside in min/max,
+    whose NaN behaviour differs between targets anyway (docs/numerics.md). An absent optional value (an
+    input's or a param's `absent`) then costs nothing in the kernel."""
+    if not isinstance(e, Op):
+        return e
+    a, o = e.args, e.op
+    if all(isinstance(x, Const) for x in a):
+        if o == "neg":
+            return Const(-a[0].value, e.dtype)
+        if o == "not":
+            return Const(int(not a[0].value), BOOL)
+        if o in _FOLD:
+            return Const(int(bool(_FOLD[o](a[0].value, a[1].value))), BOOL)
+    if o == "select" and isinstance(a[0], Const):
+        return a[1] if a[0].value else a[2]
+    if o in ("and", "or"):
+        for x, y in ((a[0], a[1]), (a[1], a[0])):
+            if isinstance(x, Const):
+                return y if bool(x.value) == (o == "and") else x
+    if o in ("min", "max"):
+        bound = _INF if o == "min" else -_INF
+        for x, y in ((a[0], a[1]), (a[1], a[0])):
+            if _is(x, bound):
+                return y
+    if (o == "gt" and (_is(a[1], _INF) or _is(a[0], -_INF))) or (o == "lt" and (_is(a[1], -_INF) or _is(a[0], _INF))):
+        return Const(0, BOOL)
+    return e
+
+
 def children(e: Expr):
     return e.args if isinstance(e, (Op, Call)) else ()
 

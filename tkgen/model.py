@@ -29,6 +29,8 @@ class Param:
     default: object
     kind: str = "int"                 # int | str | float (float params have neither one_of nor range)
     test_values: Tuple = ()           # float params: the values the strategies draw
+    optional: bool = False            # float params: may be None; each presence compiles its own kernel
+    absent: Optional[float] = None    # optional float params: their value in compute when None
 
     @property
     def structural(self) -> bool:
@@ -77,7 +79,8 @@ class Tensor:
     optional: bool = False                   # inputs: may be None; each presence compiles its own kernel
     absent: Optional[float] = None           # inputs: the value `load` gives when the input is None
     like: Optional[str] = None               # same element type as this input (its dtype at the call)
-    when: Optional[str] = None               # outputs: written only when this optional input is given
+    when: Optional[str] = None               # outputs: written only when this optional input (or param) is given
+    at: Optional[str] = None                 # an integer input holding flat positions in this tensor (no view)
 
     @property
     def axes(self) -> Tuple[str, ...]:
@@ -158,8 +161,12 @@ class OpSpec:
 
     @property
     def dynamic_dim(self) -> Optional[str]:
+        """The dynamic dim of the rows: the one the first axis runs over (other dynamic dims only size
+        tensors addressed `at:` positions)."""
         dyn = [d.name for d in self.dims.values() if d.dynamic]
-        return dyn[0] if dyn else None
+        if len(dyn) < 2:
+            return dyn[0] if dyn else None
+        return next(d for d in dyn if d in E.names(next(iter(self.axes.values())).extent))
 
     @property
     def structural_params(self):
@@ -173,15 +180,21 @@ class OpSpec:
     def optional_inputs(self):
         return [t.name for t in self.inputs.values() if t.optional]
 
-    def variants(self):
-        """Every combination of structural params and optional-input presence: one kernel factory each.
+    @property
+    def optional_params(self):
+        return [p.name for p in self.params.values() if p.optional]
 
-        Presence is keyed `?<input>` in the variant dict."""
+    def variants(self):
+        """Every combination of structural params and of the presence of optional inputs and params: one
+        kernel factory each. Presence is keyed `?<name>` in the variant dict. An input read `at:` the
+        positions of another is given together with it, so the combinations where one is missing are left out."""
         sp = self.structural_params
-        opt = self.optional_inputs
+        opt = self.optional_inputs + self.optional_params
         for combo in itertools.product(*(p.choices for p in sp), *([(False, True)] * len(opt))):
             v = dict(zip((p.name for p in sp), combo[:len(sp)]))
             v.update({f"?{n}": b for n, b in zip(opt, combo[len(sp):])})
+            if any(t.at and t.optional and v[f"?{t.name}"] != v[f"?{t.at}"] for t in self.inputs.values()):
+                continue
             yield v
 
     @staticmethod
@@ -235,6 +248,38 @@ def _check_names(doc, path, node, known, what):
     for n in E.names(node):
         if n not in known:
             raise doc.error(path, f"unknown name {n!r} in {what}; expected one of {sorted(known)}")
+
+
+def _row_dim(doc, dims, first, axes):
+    """The dynamic dims, the rows' first: the one the first axis runs over. Any other dynamic dim is a
+    runtime size of tensors addressed `at:` positions, and no axis may run over it."""
+    dyn = [x.name for x in dims.values() if x.dynamic]
+    if len(dyn) < 2:
+        return dyn
+    rows = [n for n in dyn if n in E.names(first.extent)]
+    if len(rows) != 1:
+        raise doc.error(("axes", first.name), f"the first axis runs over the rows: one of the dynamic dims {dyn}")
+    for a in axes.values():
+        used = [n for n in E.names(a.extent) if n in dyn and n != rows[0]]
+        if used:
+            raise doc.error(("axes", a.name), f"{used[0]!r} is a runtime size besides the rows: no axis may run over it")
+    return rows + [n for n in dyn if n != rows[0]]
+
+
+def _resolve_at(doc, inputs, outputs):
+    """Tensors addressed `at:` positions take the view of their positions input, which must hold integers.
+    Their presence goes with it: an optional one is given together with its positions."""
+    def fix(role, name, t):
+        if not t.at:
+            return t
+        pos = inputs[t.at]
+        base = (role + "s", name, "at")
+        if pos.at or not pos.dtypes or any(dt not in BUILTIN_DTYPES for dt in pos.dtypes):
+            raise doc.error(base, f"{t.at!r} must be an integer input with a view (its elements are flat positions)")
+        if role == "input" and t.optional != pos.optional:
+            raise doc.error(base, f"{name!r} and its positions {t.at!r} are both optional or both required")
+        return dataclasses.replace(t, view=pos.view)
+    return ({n: fix("input", n, t) for n, t in inputs.items()}, {n: fix("output", n, t) for n, t in outputs.items()})
 
 
 def _row_inner(doc, dyn, first, axes):
@@ -331,11 +376,18 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
             raise doc.error(("params", name, "one_of"), "a boolean param takes only true and false")
         if choices is not None and default is not None and default not in choices:
             raise doc.error(("params", name, "default"), f"default {default!r} is not one of {list(choices)}")
+        optional = bool(p.get("optional", False))
+        if (optional or "absent" in p) and p.get("type") != "float":
+            raise doc.error(("params", name, "optional" if optional else "absent"), "only float params can be optional")
         if p.get("type") == "float":
-            if default is None:
-                raise doc.error(("params", name), "a float param needs a default")
+            if optional == (default is not None):
+                raise doc.error(("params", name), "a float param needs a default, or `optional: true` "
+                                                  "(None, the default, means not given)")
+            if optional and "absent" not in p:
+                raise doc.error(("params", name, "optional"), "an optional param needs `absent:`, its value in compute when None")
             tv = tuple(float(v) for v in p.get("test_values", [default]))
-            params[name] = Param(name, p["doc"], None, None, float(default), "float", tv)
+            params[name] = Param(name, p["doc"], None, None, None if optional else float(default), "float", tv,
+                                 optional, float(p["absent"]) if optional else None)
             continue
         params[name] = Param(name, p["doc"], choices, rng, default)
     dims = {}
@@ -349,8 +401,6 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
             req.append((text, node))
         dims[name] = Dim(name, dd["doc"], dd.get("dynamic", False), dd.get("min", 0), dd.get("max"), tuple(req),
                          tuple(dd.get("test_values", ())))
-    if sum(1 for x in dims.values() if x.dynamic) > 1:
-        raise doc.error(("dims",), "at most one dim can be dynamic (the rows that one kernel serves)")
     known_sizes = set(dims) | set(params)
     for pname, p in params.items():
         # a one_of may name a dim (group: [32, H]); a range may use dims and params
@@ -363,14 +413,19 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
         node = _parse(doc, ("axes", name), text)
         _check_names(doc, ("axes", name), node, known_sizes, "an axis extent")
         axes[name] = Axis(name, node, str(text))
-    dyn = [x.name for x in dims.values() if x.dynamic]
     first = next(iter(axes.values()))
+    dyn = _row_dim(doc, dims, first, axes)
     row_inner = _row_inner(doc, dyn[0], first, axes) if dyn else None
 
     def tensor(role, name, t):
         base = (role + "s", name)
         claim(name, role, base)
         shape, view = layout(base, t)
+        for i, s in enumerate(shape):
+            extra = [n for n in E.names(s) if n in dims and dims[n].dynamic and n != dyn[0]]
+            if extra and "at" not in t:
+                raise doc.error(base + ("shape", i), f"{extra[0]!r} is a runtime size besides the rows: it can only "
+                                                     "size a tensor addressed `at:` positions")
         when = []
         # `when:` names the condition an output depends on: an optional input (written only when it is
         # given) or, as a mapping, boolean params (the layout it takes when the param is true)
@@ -410,6 +465,17 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
                 raise doc.error(base + (key,), f"`{key}` is for {'inputs' if role == 'output' else 'outputs'} only")
         if t.get("optional") and "absent" not in t:
             raise doc.error(base + ("optional",), "an optional input needs `absent:`, the value `load` gives without it")
+        rng = t.get("values", {}).get("range")
+        if rng is not None:
+            if role != "input" or not dtypes or any(dt not in BUILTIN_DTYPES for dt in dtypes):
+                raise doc.error(base + ("values", "range"), "`range` draws the values of an integer input")
+            for i, r in enumerate(rng):
+                _check_names(doc, base + ("values", "range", i), _parse(doc, base + ("values", "range", i), str(r)),
+                             set(dims), "a range of values")
+        if "at" in t and (t["at"] not in d["inputs"] or t["at"] == name):
+            raise doc.error(base + ("at",), f"`at` names an integer input holding positions; inputs are {list(d['inputs'])}")
+        if "at" in t and not set(t) & {"dtype", "dtypes"}:
+            raise doc.error(base + ("at",), "a tensor addressed `at:` positions has a plain dtype (no format, layout or like)")
         if "layout" in t:
             ref = t["layout"]
             for n in (params[ref].choices if ref in params else (ref,)):
@@ -419,12 +485,14 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
                 raise doc.error(base + ("layout",), "a layout applies to 2-D outputs")
         return Tensor(name, role, t.get("doc", ""), dtypes, t.get("format"), t.get("scale_format"), t.get("layout"), shape,
                       tuple(str(s) for s in t["shape"]), view, exact, dict(t.get("values", {})), tuple(when),
-                      bool(t.get("optional", False)), t.get("absent"), like, optional_when)
+                      bool(t.get("optional", False)), t.get("absent"), like, optional_when, t.get("at"))
 
     def layout(base, t):
         shape = tuple(_parse(doc, base + ("shape", i), s) for i, s in enumerate(t["shape"]))
         for i, s in enumerate(shape):
             _check_names(doc, base + ("shape", i), s, known_sizes, "a shape")
+        if "at" in t:
+            return shape, ()         # the view of its positions (set once every input is known)
         view = tuple((v,) if isinstance(v, str) else tuple(v) for v in t["view"])
         if len(view) != len(shape):
             raise doc.error(base + ("view",), f"expected {len(shape)} entries (one per dim of the shape), found {len(view)}")
@@ -441,6 +509,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
 
     inputs = {n: tensor("input", n, t) for n, t in d["inputs"].items()}
     outputs = {n: tensor("output", n, t) for n, t in d["outputs"].items()}
+    inputs, outputs = _resolve_at(doc, inputs, outputs)
     for n, t in inputs.items():
         if t.like:
             if t.like not in inputs or inputs[t.like].like or not inputs[t.like].dtypes or t.dtypes:
@@ -451,9 +520,9 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
             raise doc.error(("outputs", n, "like"), f"`like` names an input with a dtype; expected one of {list(inputs)}")
         if t.like:
             outputs[n] = t = Tensor(**{**t.__dict__, "dtypes": inputs[t.like].dtypes})
-        if t.when and (t.when not in inputs or not inputs[t.when].optional):
-            raise doc.error(("outputs", n, "when"), f"`when` names an optional input; optional inputs are "
-                                                    f"{[i for i in inputs if inputs[i].optional]}")
+        optional_names = [i for i in inputs if inputs[i].optional] + [p for p in params if params[p].optional]
+        if t.when and t.when not in optional_names:
+            raise doc.error(("outputs", n, "when"), f"`when` names an optional input or param; they are {optional_names}")
         if isinstance(t.exact, dict) and "given" in t.exact:
             for g in t.exact["given"]:
                 if g == n or d["outputs"].get(g, {}).get("dtype") != "fp32":

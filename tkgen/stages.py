@@ -20,7 +20,7 @@ from . import ir
 from .ir import F32, I32, op
 
 REDUCTIONS = {"absmax": "absmax", "amax": "max", "amin": "min", "sum": "sum"}
-STRUCTURAL = {"load", "copy", "topk", "scale_from_amax", "take", "join", *REDUCTIONS}
+STRUCTURAL = {"load", "copy", "topk", "scale_from_amax", "take", "join", "count", "keep_rows", *REDUCTIONS}
 RAW = "raw"                    # the dtype of `copy` values: stored elements, moved bit for bit
 # elementwise functions: name -> (arity range, builder over IR args)
 _UNARY_MATH = {"exp", "log", "sqrt", "rsqrt"}
@@ -74,6 +74,20 @@ class TopK:
     new: str
 
 
+@dataclass(frozen=True)
+class Gather:
+    out: Value                 # over the axes of the positions' view
+    tensor: str                # an input addressed `at:` positions: its element at each position, 0 outside
+    index: Value               # the loaded positions (i32)
+
+
+@dataclass(frozen=True)
+class Count:
+    out: Value                 # i32 over no axes: this block's part of a count over every block
+    expr: ir.Expr              # bool over `axes`
+    axes: Tuple[str, ...]
+
+
 @dataclass
 class Program:
     """One variant of an op as steps over named values; outputs map tensor names to values."""
@@ -84,11 +98,15 @@ class Program:
     whole_axes: set = field(default_factory=set)   # axes that a block must hold entirely
     scalars: Dict[str, str] = field(default_factory=dict)   # params and dims used as values: name -> param|dim
     rounds: set = field(default_factory=set)       # inputs whose dtype a `round_to(input, v)` rounds to
+    keep: Value = None                             # keep_rows: the rows that are written (None: every row)
+    at: Dict[str, str] = field(default_factory=dict)   # output addressed `at:` positions -> the positions' value
+    counts: set = field(default_factory=set)       # values summed over every block: counts and joins of them
 
     def accumulated(self, dyn_axis) -> set:
-        """Outputs that are sums over the dynamic axis: every block adds into them, so they start at 0."""
-        sums = {st.out.name for st in self.steps if isinstance(st, Reduce) and st.axis == dyn_axis}
-        return {t for t, v in self.outputs.items() if v.name in sums}
+        """Outputs that every block adds into, so they start at 0: sums over the dynamic axis, counts, and
+        outputs addressed `at:` positions."""
+        sums = {st.out.name for st in self.steps if isinstance(st, Reduce) and st.axis == dyn_axis} | self.counts
+        return {t for t, v in self.outputs.items() if v.name in sums or t in self.at}
 
     @property
     def used_axes(self) -> set:
@@ -146,9 +164,13 @@ class _Builder:
         self.values: Dict[str, Value] = {}
         self.steps: List[object] = []
         self.whole = set()
-        self.consts: Dict[str, ir.Expr] = {}     # loads of absent optional inputs: their `absent` value
+        self.consts: Dict[str, ir.Expr] = {}     # values that vary over no axis (absent inputs, params): their expression
+        self.aliases: Dict[str, Value] = {}      # values that are another one (`a = min(a0, c)` without a clamp)
         self.scalars: Dict[str, str] = {}
         self.rounds = set()
+        self.keep = None
+        self.counts = set()
+        self.joining = False         # inside join(...): where counts may be named
 
     def fail(self, idx, msg):
         raise StageError(idx, msg)
@@ -167,12 +189,14 @@ class _Builder:
         return node.id
 
     def value_arg(self, idx, node):
+        if isinstance(node, E.Name) and node.id in self.aliases:
+            return self.aliases[node.id]
         if not isinstance(node, E.Name) or node.id not in self.values:
             self.fail(idx, f"expected a value computed by an earlier stage, found {E.to_source(node)!r}")
         return self.values[node.id]
 
     def define(self, idx, name, axes, dtype):
-        if name in self.values or name in self.spec.inputs or name in self.consts:
+        if name in self.values or name in self.spec.inputs or name in self.consts or name in self.aliases:
             self.fail(idx, f"{name!r} is assigned twice")
         if name in self.spec.params or name in self.spec.dims or name in self.spec.axes:
             self.fail(idx, f"{name!r} names a param, dim or axis; choose another name for the value")
@@ -183,7 +207,8 @@ class _Builder:
     def statement(self, idx, targets, node):
         fn = node.fn if isinstance(node, E.Call) else None
         nargs = len(node.args) if fn else 0
-        want = {"load": 1, "copy": 1, "topk": 3, "scale_from_amax": 3, "take": 3, **{r: 2 for r in REDUCTIONS}}.get(fn)
+        want = {"load": 1, "copy": 1, "topk": 3, "scale_from_amax": 3, "take": 3, "count": 1, "keep_rows": 1,
+                **{r: 2 for r in REDUCTIONS}}.get(fn)
         if want is not None and nargs != want:
             self.fail(idx, f"{fn} takes {want} arguments, found {nargs}")
         if fn == "join" and nargs < 3:
@@ -202,18 +227,35 @@ class _Builder:
                 self.consts[targets[0]] = ir.c(tensor.absent, I32 if is_int else F32)
                 return
             out = self.define(idx, targets[0], tensor.axes, I32 if is_int else F32)
-            self.steps.append(Load(out, t.id))
+            self.steps.append(Gather(out, t.id, self.positions(idx, tensor)) if tensor.at else Load(out, t.id))
         elif fn == "copy":
             t = node.args[0]
             if not isinstance(t, E.Name) or t.id not in self.spec.inputs:
                 self.fail(idx, f"copy takes an input tensor ({', '.join(self.spec.inputs)})")
             out = self.define(idx, targets[0], self.spec.inputs[t.id].axes, RAW)
             self.steps.append(Copy(out, t.id))
+        elif fn == "keep_rows":
+            self.keep_rows(idx, targets[0], node.args[0])
+        elif fn == "count":
+            axes = set()
+            cond = self.elementwise(idx, node.args[0], axes)
+            if cond.dtype != ir.BOOL:
+                self.fail(idx, "count(c) counts where a condition holds: c must be a comparison")
+            if next(iter(self.spec.axes)) not in axes:
+                self.fail(idx, "count(c): c must vary over the rows (each block counts its own elements)")
+            out = self.define(idx, targets[0], (), I32)
+            self.counts.add(out.name)
+            self.steps.append(Count(out, cond, _order(self.spec, axes)))
         elif fn == "join":
             # join(v0, v1, ..., axis): a value over `axis` (extent = number of parts) whose slice i is vi
             axis = self.axis_arg(idx, node.args[-1])
             axes = set()
+            self.joining = True
             parts = [self.elementwise(idx, a, axes) for a in node.args[:-1]]
+            self.joining = False
+            counted = [isinstance(p, ir.Var) and p.name in self.counts for p in parts]
+            if any(counted) and not all(counted):
+                self.fail(idx, "join: counts are joined only with other counts")
             if axis in axes:
                 self.fail(idx, f"join: the parts must not vary over the new axis {axis!r}")
             if len({p.dtype for p in parts}) != 1:
@@ -223,6 +265,8 @@ class _Builder:
             for i in range(len(parts) - 2, -1, -1):
                 e = op("select", op("eq", at, ir.Const(i, I32)), parts[i], e)
             self.steps.append(Map(self.define(idx, targets[0], axes | {axis}, e.dtype), e))
+            if all(counted):
+                self.counts.add(targets[0])
         elif fn == "take":
             src = self.value_arg(idx, node.args[0])
             axis = self.axis_arg(idx, node.args[1])
@@ -266,25 +310,47 @@ class _Builder:
         else:
             if len(targets) != 1:
                 self.fail(idx, "an elementwise expression produces one value")
-            axes = set()
-            e = self.elementwise(idx, node, axes)
-            self.steps.append(Map(self.define(idx, targets[0], axes, e.dtype), e))
+            e = self.elementwise(idx, node, set())
+            axes = self.axes_of(e)          # after folding: `a0 > inf or pad` may not vary at all
+            v = self.define(idx, targets[0], axes, e.dtype)
+            if v.name not in self.spec.outputs and (not axes or (isinstance(e, ir.Var) and e.name in self.values)):
+                # the same on every element (params, absent inputs), or another value: not a tile of its own
+                del self.values[v.name]
+                if axes:
+                    self.aliases[v.name] = self.values[e.name]
+                else:
+                    self.consts[v.name] = e
+                return
+            self.steps.append(Map(v, e))
+
+    def axes_of(self, e):
+        """The axes an expression varies over: those of the values it reads and of the axis indices."""
+        names = ir.var_names(e)
+        return {a for n in names if n in self.values for a in self.values[n].axes} | \
+            {n[1:] for n in names if n.startswith("#")}
 
     def elementwise(self, idx, node, axes) -> ir.Expr:
         rec = lambda n: self.elementwise(idx, n, axes)  # noqa: E731
         if isinstance(node, E.Num):
             return ir.c(node.value, F32)
         if isinstance(node, E.Name):
+            if node.id in self.aliases:
+                node = E.Name(self.aliases[node.id].name, node.col)
             if node.id in self.values:
                 v = self.values[node.id]
                 if v.dtype == RAW:
                     self.fail(idx, f"{v.name!r} holds copied elements: it can only be stored to an output")
+                if v.name in self.counts and not self.joining:
+                    self.fail(idx, f"{v.name!r} is a count that every block adds into its output: it can only be "
+                                   "stored, alone or joined with other counts")
                 axes.update(v.axes)
                 return ir.Var(v.name, v.dtype)
             if node.id in self.consts:
                 return self.consts[node.id]
             p = self.spec.params.get(node.id)
             d = self.spec.dims.get(node.id)
+            if p is not None and p.optional and not self.variant.get(f"?{p.name}"):
+                return ir.c(p.absent)                    # not given: its `absent` value
             if (p is not None and not p.structural) or (d is not None and not d.dynamic):
                 self.scalars[node.id] = "param" if p is not None else "dim"
                 return ir.Var(node.id, F32)
@@ -293,10 +359,10 @@ class _Builder:
             self.fail(idx, f"unknown value {node.id!r}; values so far: {sorted(self.values)}")
         if isinstance(node, E.Unary):
             a = rec(node.arg)
-            return op("neg", a) if node.op == "-" else op("not", a)
+            return ir.fold(op("neg", a) if node.op == "-" else op("not", a))
         if isinstance(node, E.Binary):
             try:
-                return op(_BINOPS[node.op], rec(node.lhs), rec(node.rhs))
+                return ir.fold(op(_BINOPS[node.op], *_int_literals(node, rec(node.lhs), rec(node.rhs))))
             except (TypeError, KeyError) as e:
                 self.fail(idx, f"operator {node.op!r}: {e}")
         if isinstance(node, E.Call) and node.fn in FORMAT_FUNCTIONS:
@@ -333,18 +399,53 @@ class _Builder:
         fmt = self.format_arg(idx, target, self.elements, "element")
         return v if fmt.is_float32 else ir.Call(f"round_{fmt.name}", (v,), F32)
 
+    def keep_rows(self, idx, name, node):
+        """keep = keep_rows(c): the rows where the per-row condition c holds are computed and written; the
+        others are left untouched (no output element of theirs is stored, loaded data is not read) and
+        add nothing to counts and sums over rows. A condition that folds to true keeps every row."""
+        if idx != 0:
+            self.fail(idx, "keep_rows(c) must be the first statement: every load and store of a row depends on it")
+        axes = set()
+        cond = self.elementwise(idx, node, axes)
+        dyn = next(iter(self.spec.axes))
+        if cond.dtype != ir.BOOL or (axes and axes != {dyn}) or self.spec.row_inner:
+            self.fail(idx, f"keep_rows(c): c must be a condition over the rows alone (axis {dyn!r}; not row blocks)")
+        if isinstance(cond, ir.Const):
+            if not cond.value:
+                self.fail(idx, "keep_rows(c): c is always false, so nothing would be written")
+            self.define(idx, name, (), ir.BOOL)
+            del self.values[name]
+            self.consts[name] = cond
+            return
+        self.keep = self.define(idx, name, (dyn,), ir.BOOL)
+        self.steps.append(Map(self.keep, cond))
+
+    def positions(self, idx, tensor):
+        """The loaded positions of a tensor addressed `at:` them (loaded once, as a value of its own)."""
+        pos = self.spec.inputs[tensor.at]
+        loaded = next((st.out for st in self.steps if isinstance(st, Load) and st.tensor == pos.name and not st.fixed), None)
+        if loaded is not None:
+            return loaded
+        name = f"_at_{pos.name}"
+        if name not in self.values:
+            self.values[name] = Value(name, pos.axes, I32)
+            self.steps.insert(0, Load(self.values[name], pos.name))
+        return self.values[name]
+
     def prune(self, outputs):
         """Drop steps whose value nothing uses (a load whose halves were all taken)."""
-        live = {v.name for v in outputs.values()}
+        live = {v.name for v in outputs.values()} | set(self.at.values()) | ({self.keep.name} if self.keep else set())
         kept = []
         for st in reversed(self.steps):
-            if st.out.name not in live and isinstance(st, (Load, Map)):
+            if st.out.name not in live and isinstance(st, (Load, Map, Count, Gather)):
                 continue
             kept.append(st)
-            if isinstance(st, Map):
+            if isinstance(st, (Map, Count)):
                 live |= ir.var_names(st.expr)
             elif isinstance(st, (Reduce, TopK)):
                 live.add(st.src.name)
+            elif isinstance(st, Gather):
+                live.add(st.index.name)
         self.steps = kept[::-1]
         for name in [n for n in self.values if n not in live]:
             del self.values[name]
@@ -361,6 +462,7 @@ class _Builder:
 
     def finish(self):
         outputs = {}
+        self.at = {}
         for name, t in self.spec.outputs.items():
             if t.when and not self.variant.get(f"?{t.when}"):
                 continue            # not written in this variant
@@ -373,21 +475,34 @@ class _Builder:
             if set(v.axes) != set(t.axes):
                 raise StageError(len(self.spec.stages) - 1,
                                  f"output {name!r} varies over {list(v.axes)} but its view has axes {list(t.axes)}")
+            if t.at:
+                self.at[name] = self.positions(len(self.spec.stages) - 1, t).name
             outputs[name] = v
         self.prune(outputs)
-        return Program(self.values, self.steps, outputs, self.whole, self.scalars, self.rounds)
+        return Program(self.values, self.steps, outputs, self.whole, self.scalars, self.rounds, self.keep, self.at,
+                       self.counts & set(self.values))
 
+
+def _int_literals(node, lhs, rhs):
+    """An integer literal next to an i32 value is an i32 constant (`load(pos) >= 0`); literals are f32 otherwise."""
+    for lit, other, i in ((node.lhs, rhs, 0), (node.rhs, lhs, 1)):
+        if isinstance(lit, E.Num) and other.dtype == I32 and float(lit.value).is_integer():
+            args = [lhs, rhs]
+            args[i] = ir.Const(int(lit.value), I32)
+            return args
+    return lhs, rhs
 
 
 def _elementwise(fn, args) -> ir.Expr:
+    op_ = lambda *a: ir.fold(op(*a))  # noqa: E731
     if fn in ("max", "min"):
-        return op(fn, *args)
+        return op_(fn, *args)
     if fn == "abs":
         return op("max", args[0], op("neg", args[0]))
     if fn == "clamp":
-        return op("min", op("max", args[0], args[1]), args[2])
+        return op_("min", op_("max", args[0], args[1]), args[2])
     if fn == "where":
-        return op("select", *args)
+        return op_("select", *args)
     if fn == "sigmoid":
         one = ir.c(1.0)
         return op("div", one, op("add", one, op("exp", op("neg", args[0]))))
