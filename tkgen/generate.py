@@ -21,6 +21,7 @@ from . import formats as F
 from .lower_kernel import _KernelLowering, py_expr, topk_key
 from .autograd import plan as autograd_plan
 from .lower_reference import col_pad, lower_reference
+from . import expr as E
 from .model import binding
 from .printers import TileLangPrinter, TorchPrinter, function_lines
 from .stages import build_program
@@ -93,12 +94,15 @@ def op_module(catalog, spec, header):
     for p in spec.params.values():
         rng = f"lambda d: ({_d(p.range[0])}, {_d(p.range[1])})" if p.range else None
         params.append(dict(name=p.name, choices=repr(p.choices) if p.choices else None, range=rng,
-                           structural=p.structural, doc=p.doc, default=repr(p.default), kind=repr(p.kind)))
+                           structural=p.structural, doc=p.doc, default=repr(p.default), kind=repr(p.kind),
+                           optional=p.optional))
     inputs = [dict(name=t.name, dtypes=repr(t.dtypes), shape=repr(t.shape_text), optional=t.optional,
                    binds=repr(tuple(binding(s, spec.dims) for s in t.shape)), like=repr(t.like),
-                   shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)", codec=codec_table(catalog, spec, t))
+                   shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)", codec=codec_table(catalog, spec, t),
+                   at=t.at)
               for t in spec.inputs.values()]
     outputs = []
+    kept_rows = any(build_program(spec, catalog.elements, catalog.scales, v).keep for v in spec.variants())
     for name in spec.outputs:
         shapes, dtypes, pads = {}, {}, {}
         for variant in spec.variants():
@@ -118,20 +122,24 @@ def op_module(catalog, spec, header):
         dyn = next(iter(spec.axes)) if spec.dynamic_dim else None
         accumulate = any(name in build_program(spec, catalog.elements, catalog.scales, v).accumulated(dyn)
                          for v in spec.variants())
+        # keep_rows: the dim of the rows, where rows not kept are left untouched (compared to the poison)
+        rows = [i for i, group in enumerate(t.view) if dyn in group] if kept_rows else []
         outputs.append(dict(name=name, shapes=shapes, dtype_fn=dtype_fn, exact=repr(t.exact), when=repr(t.when),
-                            accumulate=accumulate,
+                            accumulate=accumulate, at=t.at, row_dim=rows[0] if rows and not t.at else None,
                             col_pad=f"lambda v: {pads!r}[v]" if any(pads.values()) else None))
-    dims = [dict(name=d.name, dynamic=d.dynamic, min=d.min, max=d.max) for d in spec.dims.values()]
+    dims = [dict(name=d.name, dynamic=d.name == spec.dynamic_dim, min=d.min, max=d.max) for d in spec.dims.values()]
     requires = [(text, _d(node)) for d in spec.dims.values() for text, node in d.require]
     factory_args = tuple([d.name for d in spec.dims.values() if not d.dynamic] + [p.name for p in spec.static_params])
     custom_args = [f"{n}: {'Optional[torch.Tensor]' if t.optional else 'torch.Tensor'}" for n, t in spec.inputs.items()] + \
-                  [f"{p.name}: {'bool' if p.boolean else 'str' if p.structural else p.kind}" for p in spec.params.values()]
+                  [f"{p.name}: {'Optional[float]' if p.optional else 'bool' if p.boolean else 'str' if p.structural else p.kind}"
+                   for p in spec.params.values()]
     plain_args = list(spec.inputs) + list(spec.params)
     required = [n for n, t in spec.inputs.items() if not t.optional]
     optional = [f"{n}=None" for n, t in spec.inputs.items() if t.optional]
-    with_default = [f"{p.name}={p.default!r}" for p in spec.params.values() if p.default is not None]
+    with_default = [f"{p.name}={p.default!r}" for p in spec.params.values() if p.default is not None or p.optional]
     # arguments without defaults come first: required inputs and params, in declaration order
-    public_args = required + [p.name for p in spec.params.values() if p.default is None] + optional + with_default
+    public_args = required + [p.name for p in spec.params.values() if p.default is None and not p.optional] + \
+        optional + with_default
     n_out = len(spec.outputs)
     returns = "tuple[" + ", ".join(["torch.Tensor"] * n_out) + "]" if n_out > 1 else "torch.Tensor"
     ag = autograd_plan(catalog, spec)
@@ -142,7 +150,7 @@ def op_module(catalog, spec, header):
                   optional_inputs=spec.optional_inputs, static_params=[p.name for p in spec.params.values()], params=params, inputs=inputs, outputs=outputs, dims=dims,
                   requires=requires, factory_args=repr(factory_args), custom_args=custom_args,
                   plain_args=plain_args, public_args=public_args, returns=returns, docstring=docstring(catalog, spec),
-                  has_optional=bool(spec.optional_inputs))
+                  has_optional=bool(spec.optional_inputs or spec.optional_params))
 
 
 def output_dtype(catalog, spec, t, variant) -> str:
@@ -180,12 +188,16 @@ def docstring(catalog, spec) -> str:
     lines = [" ".join(spec.doc.split()), "", "Args:"]
     for t in spec.inputs.values():
         opt = " Optional (None: as if every element were {!r}).".format(t.absent) if t.optional else ""
+        if t.optional and t.at:
+            opt = f" Optional, given with `{t.at}` (None: as if every element were {t.absent!r})."
         kind = (f"codes of format `{t.format_ref}` in its container (packed formats: the last dim holds the "
                 f"packed bytes)" if t.format_ref else f"scales of scale format `{t.scale_ref}`" if t.scale_ref
                 else " or ".join(t.dtypes))
-        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {kind}, contiguous, cpu or cuda.{opt}")
+        at = f", read at the flat positions in `{t.at}` (0 outside [0, numel))" if t.at else ""
+        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {kind}{at}, contiguous, cpu or cuda.{opt}")
     for p in spec.params.values():
-        allowed = ("a number" if p.kind == "float" else ", ".join(map(str, p.choices)) if p.choices else
+        allowed = ("a number or None" if p.optional else "a number" if p.kind == "float" else
+                   ", ".join(map(str, p.choices)) if p.choices else
                    f"an integer in [{', '.join(py_expr(r, tl=False) for r in p.range)}]")
         lines.append(f"    {p.name}: {p.doc} ({allowed}; default {p.default!r}).")
     lines += ["", "Returns:"]
@@ -193,7 +205,8 @@ def docstring(catalog, spec) -> str:
         kind = (f"format `{t.format_ref}`" if t.format_ref else f"scale format `{t.scale_ref}`" if t.scale_ref
                 else f"the dtype of `{t.like}`" if t.like else t.dtypes[0])
         when = f" Empty unless `{t.when}` is given." if t.when else ""
-        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{when}")
+        at = f" Added into (from zeros) at the flat positions in `{t.at}`." if t.at else ""
+        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{at}{when}")
     lines.append("")
     lines.append(f"Generated from {_rel(catalog, spec.path)}.")
     return "\n    ".join(line.replace('"""', "'''") for line in lines)
@@ -202,7 +215,7 @@ def docstring(catalog, spec) -> str:
 def strategies_module(catalog, spec, header):
     steps = []
     for d in spec.dims.values():
-        if d.dynamic:
+        if d.name == spec.dynamic_dim:
             steps.append(dict(kind="rows", name=d.name))
             continue
         vals = [v for v in d.test_values if v >= d.min and (d.max is None or v <= d.max)] or \
@@ -210,7 +223,8 @@ def strategies_module(catalog, spec, header):
         steps.append(dict(kind="choices", name=d.name, options=[repr(v) for v in vals]))
     for p in spec.params.values():
         if p.kind == "float":
-            steps.append(dict(kind="choices", name=p.name, options=[repr(v) for v in p.test_values]))
+            steps.append(dict(kind="choices", name=p.name,
+                              options=["None"] * p.optional + [repr(v) for v in p.test_values]))
         elif p.choices is not None:
             steps.append(dict(kind="choices", name=p.name,
                               options=[f'd["{c}"]' if isinstance(c, str) and c in spec.dims else repr(c) for c in p.choices]))
@@ -222,7 +236,8 @@ def strategies_module(catalog, spec, header):
             from .expr import names as names_of
             requires.append((text, repr(tuple(sorted(names_of(node)))), _d(node)))
     inputs = [dict(name=t.name, dtypes=repr(t.dtypes or ("fp32",)), specials=repr(tuple(t.values.get("specials", ()))),
-                   optional=t.optional, like=t.like, codec=codec_table(catalog, spec, t),
+                   optional=t.optional, like=t.like, codec=codec_table(catalog, spec, t), at=t.at,
+                   range="[" + ", ".join(_d(E.parse(str(r))) for r in t.values["range"]) + "]" if "range" in t.values else None,
                    finite=t.values.get("finite", True) if "finite" in t.values else
                    not ({"inf", "nan"} & set(t.values.get("specials", ()))),
                    shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)") for t in spec.inputs.values()]

@@ -13,8 +13,9 @@ from typing import List, Optional
 
 from . import expr as E
 from . import ir
+from .lower_kernel_rows import RowFeatures
 from .printers import TileLangPrinter
-from .stages import RAW, Copy, Load, Map, Reduce, TopK
+from .stages import RAW, Copy, Count, Gather, Load, Map, Reduce, TopK
 
 RESERVED_IDENTIFIERS = {"T", "tilelang", "kernel", "torch"}
 
@@ -107,7 +108,7 @@ class KernelPlan:
     helpers: List[str]                # codec helper names used
 
 
-class _KernelLowering:
+class _KernelLowering(RowFeatures):
     def __init__(self, spec, program, variant, arch, catalog, schedule):
         self.spec, self.program, self.variant, self.arch, self.catalog = spec, program, variant, arch, catalog
         self.schedule = schedule
@@ -133,17 +134,20 @@ class _KernelLowering:
         self.knobs = [("threads", self.schedule.get("threads", self.arch.threads))]
         if self.spec.dynamic_dim:
             pre.append((sym(self.spec.dynamic_dim), f'T.dynamic("{self.spec.dynamic_dim}")'))
+        pre += self.at_symbols()
         for name, ax in self.spec.axes.items():
             pre.append((f"N_{name}", py_expr(ax.extent)))
         kinds = {}
         used = self.program.used_axes
+        # axes of counts: held whole and never padded (each element is one counter the block adds into)
+        counted = {a for n in self.program.counts for a in self.program.values[n].axes}
         for name in self.spec.axes:
             if name not in used:
                 continue            # only indexed at a fixed position (`take`): no tile extent, no loop
             want = block.get(name, 1 if name == self.dyn_axis else "auto")
             if name == self.dyn_axis:
                 kinds[name] = ("dyn", want if isinstance(want, int) else 1)
-            elif name in self.program.whole_axes or name in self._view_inner_axes() or want == "all":
+            elif name in self.program.whole_axes or name in self._view_inner_axes() or want == "all" or name in counted:
                 kinds[name] = ("whole", None)
             else:
                 kinds[name] = ("auto", None) if want == "auto" else ("fixed", want)
@@ -152,7 +156,7 @@ class _KernelLowering:
                 if kind != rank:
                     continue
                 if kind == "whole":
-                    if self.arch.pad_reduced and name in self.program.whole_axes:
+                    if self.arch.pad_reduced and name in self.program.whole_axes and name not in counted:
                         # warp reductions want a power-of-two extent; the padding is never loaded or stored
                         pre.append((f"B_{name}", f"pad_pow2(N_{name})"))
                         self.padded.add(name)
@@ -241,7 +245,7 @@ class _KernelLowering:
                 conds.append(f"({self.gidx(self.dyn_axis)} * N_{inner} + i_{inner}) < {sym(self.spec.dynamic_dim)}")
             else:
                 conds.append(f"{self.gidx(self.dyn_axis)} < N_{self.dyn_axis}")
-        conds += [f"i_{a} < N_{a}" for a in axes if a in self.padded] + list(extra)
+        conds += self.keep_guard(axes) + [f"i_{a} < N_{a}" for a in axes if a in self.padded] + list(extra)
         return " and ".join(conds) if len(conds) < 2 else "(" + ") & (".join(conds) + ")"
 
     def tensor_index(self, tensor, fixed=()):
@@ -410,6 +414,16 @@ class _KernelLowering:
             elif isinstance(st, TopK):
                 self.add_item(self.topk(st, stored))
                 continue
+            elif isinstance(st, Gather):
+                self.buffer(out)
+                self.current = None
+                self.loop_for(out.axes).assigns.append((self.elem(out), self.gather_src(st)))
+                self.current = None
+            elif isinstance(st, Count):
+                self.buffer(out)
+                self.count(st)
+            if p.keep is not None and out.name == p.keep.name:
+                self.kept(out)
             if out.name in stored:
                 self.store(stored[out.name], out)
         return KernelPlan(name, args, pre, checks, storages, dispatch, tensors,
@@ -471,7 +485,7 @@ class _KernelLowering:
     def _zero_filled(self, name):
         """Whether a value is zero wherever a load was masked: a load, or an absmax or sum of one."""
         step = next(x for x in self.program.steps if x.out.name == name)
-        return isinstance(step, Load) or (isinstance(step, Reduce) and step.kind in ("absmax", "sum")
+        return isinstance(step, (Load, Gather)) or (isinstance(step, Reduce) and step.kind in ("absmax", "sum")
                                           and self._zero_filled(step.src.name))
 
     def _sources(self, st):
@@ -479,12 +493,16 @@ class _KernelLowering:
             return ir.var_names(st.expr)
         if isinstance(st, (Reduce, TopK)):
             return {st.src.name}
+        if isinstance(st, Count):
+            return ir.var_names(st.expr)
+        if isinstance(st, Gather):
+            return {st.index.name}
         return set()
 
     def elem(self, value, at=None):
         """A tile element of `value` at the loop variables (or at `at`: axis -> index source)."""
         at = at or {}
-        return f"{self.buffers[value.name]}[{', '.join(at.get(a, f'i_{a}') for a in value.axes)}]"
+        return f"{self.buffers[value.name]}[{', '.join(at.get(a, f'i_{a}') for a in value.axes) or '0'}]"
 
     def value_src(self, value, at=None):
         """Source of a value's element: its buffer, or its expression when it was inlined."""
@@ -501,9 +519,12 @@ class _KernelLowering:
         return self.value_src(self.program.values[v.name])
 
     def tile_shape(self, axes):
-        return "(" + ", ".join(f"B_{a}" for a in axes) + ("," if len(axes) == 1 else "") + ")"
+        """A tile's shape; a value over no axes (a count) is one element."""
+        return "(" + ", ".join(f"B_{a}" for a in axes) + ("," if len(axes) < 2 else "") + ")" if axes else "(1,)"
 
     def shape_src(self, t, packed=False):
+        if t.at:
+            return f"(n_{t.name},)"        # passed flat: positions index its elements
         dims = [py_expr(s) for s in t.shape]
         pk = self.packing(t) if packed else None
         if pk:
@@ -589,8 +610,10 @@ class _KernelLowering:
             src = f"encode_{kf[1].name}({src})"
         else:
             src = src if v.dtype == RAW else self.encode_store(t, src)
+        if tname in self.program.at:
+            return self.store_at(tname, v, src)
         if self.accumulates(v):
-            # a sum over the rows of every block: each block adds its partial sum (the output starts at 0)
+            # a sum over the rows or a count of every block: each block adds its part (the output starts at 0)
             self.loop_for(v.axes).stores.append((None, f"T.atomic_add({tname}[{self.tensor_index(t)}], {src})"))
             return
         if pk:
@@ -600,9 +623,10 @@ class _KernelLowering:
         self.loop_for(v.axes).stores.append((f"{tname}[{self.tensor_index(t)}]", src))
 
     def accumulates(self, v):
-        """Whether a value is a sum over the dynamic axis (outputs of it are accumulated across blocks)."""
-        return any(isinstance(st, Reduce) and st.out.name == v.name and st.axis == self.dyn_axis
-                   for st in self.program.steps)
+        """Whether a value is a sum over the dynamic axis or a count (outputs of it are accumulated across
+        blocks)."""
+        return v.name in self.program.counts or any(
+            isinstance(st, Reduce) and st.out.name == v.name and st.axis == self.dyn_axis for st in self.program.steps)
 
     def store_transposed(self, tname, t, v, src):
         """An output whose innermost dim is not the tile's innermost axis. The encoded tile is staged in

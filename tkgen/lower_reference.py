@@ -14,7 +14,7 @@ from . import ir
 from .lower_kernel import py_expr, sym, topk_key
 from .model import binding
 from .printers import TorchPrinter
-from .stages import RAW, Copy, Load, Map, Reduce, TopK
+from .stages import RAW, Copy, Count, Gather, Load, Map, Reduce, TopK
 
 # max-type reductions skip NaN (IEEE maxNum, as CUDA's fmaxf; the C target is made to agree)
 _REDUCE = {"absmax": "_absmax({src}, {dim})", "max": "_nanmax({src}, {dim})", "min": "_nanmin({src}, {dim})",
@@ -29,6 +29,8 @@ class ReferencePlan:
     lines: List[tuple] = field(default_factory=list)      # (kind, data)
     returns: List[str] = field(default_factory=list)
     helpers: set = field(default_factory=set)
+    rows: "ReferencePlan" = None           # keep_rows: the function giving the rows the kernel writes
+    single: bool = False                   # returns one tensor, not a tuple
 
 
 def _bcast(value_axes, target_axes):
@@ -41,6 +43,7 @@ def _bcast(value_axes, target_axes):
 class _ReferenceLowering:
     def __init__(self, spec, program, variant, catalog):
         self.spec, self.program, self.variant, self.catalog = spec, program, variant, catalog
+        self.keep = None             # the kept-rows value, once computed: later row data is masked by it
 
     def build(self, name):
         spec, p = self.spec, self.program
@@ -71,29 +74,13 @@ class _ReferenceLowering:
         plan = ReferencePlan(name, args, binds)
         plan.helpers |= {f"round_{dt}" for t in p.rounds for dt in spec.inputs[t].dtypes
                          if not self.catalog.elements[dt].is_float32}
+        if p.keep is not None:
+            plan.rows = self.rows_plan(name.replace("reference_", "written_rows_"), args, binds)
         given = {g for t in spec.outputs.values() if isinstance(t.exact, dict) for g in t.exact.get("given", ())}
         stored = {v.name: tname for tname, v in p.outputs.items()}
         for st in p.steps:
             out = st.out
-            if isinstance(st, (Load, Copy)):
-                t = spec.inputs[st.tensor]
-                plan.lines.append(("assign", out.name, self.load(t, st.tensor, out, plan.helpers, getattr(st, "fixed", ()),
-                                                                 raw=isinstance(st, Copy))))
-            elif isinstance(st, Map):
-                printer = TorchPrinter(lambda v, axes=out.axes: self._var(v, axes))
-                plan.helpers |= {n for n in ir.call_names(st.expr) if not n.startswith("ROUND_")}
-                plan.lines.append(("assign", out.name, printer(st.expr)))
-            elif isinstance(st, Reduce):
-                plan.lines.append(("assign", out.name,
-                                   _REDUCE[st.kind].format(src=self.reduce_source(st), dim=st.src.axes.index(st.axis))))
-            elif isinstance(st, TopK):
-                key = topk_key()
-                plan.helpers.add(key.name)
-                stack_dim = out.axes.index(st.new)
-                plan.lines.append(("topk", dict(out=out.name, key=f"{key.name}({st.src.name})",
-                                                over=st.src.axes.index(st.over), n_over=f"N_{st.over}",
-                                                n_new=f"N_{st.new}", stack_dim=stack_dim,
-                                                index_shape=self._index_shape(st.src.axes, st.over))))
+            self.step(st, plan)
             if stored.get(out.name) in given:
                 # the kernel's value of this output replaces the reference's, so that what follows is
                 # compared bit for bit (exact: {given: [...]})
@@ -109,13 +96,74 @@ class _ReferenceLowering:
             plan.returns.append(f"_col_major({src}, {pad})" if pad else src)
         return plan
 
+    def rows_plan(self, name, args, binds):
+        """The function giving the rows a kernel writes (keep_rows), from the steps the condition needs."""
+        p = self.program
+        need, lines = {p.keep.name}, ReferencePlan(name, args, binds)
+        for st in reversed(p.steps[:[s.out.name for s in p.steps].index(p.keep.name) + 1]):
+            if st.out.name in need:
+                need |= ir.var_names(st.expr) if isinstance(st, Map) else set()
+        for st in p.steps:
+            if st.out.name in need:
+                self.step(st, lines)
+        self.keep = None
+        lines.returns.append(p.keep.name)
+        lines.single = True
+        return lines
+
+    def masked(self, src, axes):
+        """Row data after keep_rows, zero in the rows that are not kept (the kernel does not read them)."""
+        dyn = next(iter(self.spec.axes))
+        if self.keep is None or dyn not in axes:
+            return src
+        return f"_kept({src}, {self.keep}{_bcast((dyn,), axes)})"
+
+    def step(self, st, plan):
+        """The lines of one step. Once the kept rows are known, row data is zero in the others (loads,
+        gathers), and counts leave them out."""
+        spec, out = self.spec, st.out
+        dyn = next(iter(spec.axes))
+        if isinstance(st, (Load, Copy)):
+            src = self.load(spec.inputs[st.tensor], st.tensor, out, plan.helpers, getattr(st, "fixed", ()),
+                            raw=isinstance(st, Copy))
+            plan.lines.append(("assign", out.name, self.masked(src, out.axes)))
+        elif isinstance(st, Gather):
+            conv = "torch.int64" if out.dtype == "i32" else "torch.float32"
+            plan.lines.append(("assign", out.name, self.masked(
+                f"_gather_at({st.tensor}.to({conv}).reshape(-1), {st.index.name})", out.axes)))
+        elif isinstance(st, Count):
+            cond = TorchPrinter(lambda v, axes=st.axes: self._var(v, axes))(st.expr)
+            if self.keep is not None:
+                cond = f"({cond}) & {self.keep}{_bcast((dyn,), st.axes)}"
+            shape = "(" + ", ".join(f"N_{a}" for a in st.axes) + ("," if len(st.axes) == 1 else "") + ")"
+            plan.lines.append(("assign", out.name, f"_count({cond}, {shape})"))
+        elif isinstance(st, Map):
+            printer = TorchPrinter(lambda v, axes=out.axes: self._var(v, axes))
+            plan.helpers |= {n for n in ir.call_names(st.expr) if not n.startswith("ROUND_")}
+            plan.lines.append(("assign", out.name, printer(st.expr)))
+        elif isinstance(st, Reduce):
+            plan.lines.append(("assign", out.name,
+                               _REDUCE[st.kind].format(src=self.reduce_source(st), dim=st.src.axes.index(st.axis))))
+        elif isinstance(st, TopK):
+            key = topk_key()
+            plan.helpers.add(key.name)
+            stack_dim = out.axes.index(st.new)
+            plan.lines.append(("topk", dict(out=out.name, key=f"{key.name}({st.src.name})",
+                                            over=st.src.axes.index(st.over), n_over=f"N_{st.over}",
+                                            n_new=f"N_{st.new}", stack_dim=stack_dim,
+                                            index_shape=self._index_shape(st.src.axes, st.over))))
+        if self.program.keep is not None and out.name == self.program.keep.name:
+            self.keep = out.name
+
     def reduce_source(self, st):
         """Rows past the dynamic size in the last row block hold the reduction's neutral value, as in the
         kernel (loads fill them with zero, and the kernel masks them for other reductions)."""
         b, r = next(iter(self.spec.axes)), self.spec.row_inner
+        neutral = {"absmax": "0.0", "sum": "0.0", "max": "-float('inf')", "min": "float('inf')"}[st.kind]
+        if st.axis == b and self.keep is not None:      # rows not kept add nothing (the kernel masks them)
+            return f"torch.where({self.keep}{_bcast((b,), st.src.axes)}, {st.src.name}, _f32({neutral}))"
         if st.axis != r:
             return st.src.name
-        neutral = {"absmax": "0.0", "sum": "0.0", "max": "-float('inf')", "min": "float('inf')"}[st.kind]
         rows = f"_rows_valid(N_{b}, N_{r}, {sym(self.spec.dynamic_dim)}){_bcast((b, r), st.src.axes)}"
         return f"torch.where({rows}, {st.src.name}, _f32({neutral}))"
 
@@ -190,6 +238,12 @@ class _ReferenceLowering:
 
     def store(self, t, value, helpers):
         src = value.name
+        if t.name in self.program.at:      # added at its positions (valid ones, kept rows) into zeros
+            shape = "(" + ", ".join(py_expr(s, tl=False) for s in t.shape) + ("," if len(t.shape) == 1 else "") + ")"
+            keep = f", {self.keep}" if self.keep else ""
+            return self._store(t, f"_add_at({src}, {self.program.at[t.name]}, {shape}{keep})", shape, helpers)
+        if t.name not in self.program.accumulated(next(iter(self.spec.axes))):
+            src = self.masked(src, value.axes)      # rows the kernel leaves untouched are zero here
         perm = [value.axes.index(a) for a in t.axes]
         if perm != sorted(perm):
             src = f"{src}.permute{tuple(perm)}"

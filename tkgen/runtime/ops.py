@@ -34,6 +34,7 @@ class ParamInfo:
     doc: str
     default: object = None
     kind: str = "int"                  # int | str | float
+    optional: bool = False             # float params: may be None (not given), a variant of its own
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class InputInfo:
     binds: Tuple = ()                  # per tensor dim: (dim, factor) when its size is factor * dim, else None
     like: Optional[str] = None         # must have the dtype of this input
     codec: Optional[Callable] = None   # variant -> codec dict of an input declared with a format (see below)
+    at: Optional[str] = None           # read at the flat positions this input holds (passed to kernels flat)
 
     @property
     def dtype_arg(self) -> bool:
@@ -69,9 +71,11 @@ class OutputInfo:
     shape_fn: Callable                 # (dims, variant) -> container shape
     dtype_fn: Callable                 # (variant, {input: dtype name}) -> torch dtype name of the container
     exact: object = "bit"              # bit | {"ulp": n, "rate": r} | {"tol": {...}} | {"given": [...]}
-    when: Optional[str] = None         # written only when this optional input is given (else empty)
-    accumulate: bool = False           # a sum over the rows: every block adds into it, so it starts at 0
+    when: Optional[str] = None         # written only when this optional input or param is given (else empty)
+    accumulate: bool = False           # a sum over the rows or a count: every block adds into it, so it starts at 0
     col_pad: Optional[Callable] = None  # variant -> None (row-major) or the row padding of a column-major layout
+    row_dim: Optional[int] = None      # the dim indexed by the rows (keep_rows leaves the rows not kept untouched)
+    at: Optional[str] = None           # added into at the flat positions this input holds (passed to kernels flat)
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,19 @@ class OpInfo:
 
     @property
     def dynamic_dim(self):
+        """The dim of the rows (other dynamic dims, sizes of tensors addressed at positions, are not marked)."""
         return next((d[0] for d in self.dims if d[1]), None)
+
+    def given(self, name, tensors, params) -> bool:
+        """Whether an optional input or param is given in this call."""
+        return (tensors[name] if name in tensors else params[name]) is not None
+
+
+def complete(op: OpInfo, tensors, params):
+    """The arguments with every optional input the caller left out as None and every param left out at
+    its default (callers of this module may name only what they give)."""
+    return ({i.name: tensors.get(i.name) for i in op.inputs},
+            {p.name: params.get(p.name, p.default) for p in op.params})
 
 
 def _dtype_name(dt: torch.dtype) -> str:
@@ -96,8 +112,12 @@ def _dtype_name(dt: torch.dtype) -> str:
 
 def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> Dict[str, int]:
     """Validate arguments; return the bound sizes (dims and params) of this call."""
+    tensors, params = complete(op, tensors, params)
     device = None
     dims: Dict[str, int] = {}
+    for info in op.inputs:
+        if info.at and (tensors[info.name] is None) != (tensors[info.at] is None):
+            raise ValueError(f"{op.name}: `{info.name}` is read at the positions in `{info.at}`: give both or neither")
     for info in op.inputs:
         t = tensors[info.name]
         if t is None and info.optional:
@@ -177,6 +197,9 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
 
 
 def _check_param(op, p, v, dims):
+    if p.optional and v is None:
+        dims[p.name] = v
+        return
     if p.kind == "float":
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ValueError(f"{op.name}: `{p.name}` must be a number; got {v!r}")
@@ -197,14 +220,21 @@ def _check_param(op, p, v, dims):
 
 def variant_of(op: OpInfo, params, tensors) -> str:
     """The generated variant serving these params and this presence of optional inputs."""
+    params = {p.name: params.get(p.name, p.default) for p in op.params}
     values = [str(params[p.name]).lower() if isinstance(params[p.name], bool) else str(params[p.name])
               for p in op.params if p.structural]
     values += [f"with_{i.name}" for i in op.inputs if i.optional and tensors.get(i.name) is not None]
+    values += [f"with_{p.name}" for p in op.params if p.optional and params[p.name] is not None]
     return "_".join(values) or "base"
 
 
 def _present(op: OpInfo, tensors):
     return [tensors[i.name] for i in op.inputs if tensors[i.name] is not None]
+
+
+def _kernel_inputs(op: OpInfo, tensors):
+    """The inputs a kernel takes, in order; a tensor addressed at positions goes flat."""
+    return [tensors[i.name].reshape(-1) if i.at else tensors[i.name] for i in op.inputs if tensors[i.name] is not None]
 
 
 def input_dtypes(op: OpInfo, tensors) -> Dict[str, str]:
@@ -213,6 +243,7 @@ def input_dtypes(op: OpInfo, tensors) -> Dict[str, str]:
 
 def allocate(op: OpInfo, tensors, params, dims=None):
     """Empty outputs of the right container shapes and dtypes, on the inputs' device."""
+    tensors, params = complete(op, tensors, params)
     dims = dims if dims is not None else check(op, tensors, params)
     variant = variant_of(op, params, tensors)
     device = _present(op, tensors)[0].device
@@ -234,7 +265,7 @@ def kernel_buffers(op: OpInfo, params, tensors, outs):
     bufs = []
     for o, t in zip(op.outputs, outs):
         pad = o.col_pad(variant) if o.col_pad else None
-        bufs.append(col_major_storage(t, pad) if pad else t)
+        bufs.append(col_major_storage(t, pad) if pad else t.reshape(-1) if o.at else t)
     return bufs
 
 
@@ -265,6 +296,7 @@ def prepare(op: OpInfo, tensors, params, arch=None, schedule=None, out=None, dim
     """Everything a launch needs, resolved once: (launch(), outputs). For benchmarks and tuning.
 
     `dims`: the result of `check` when the caller has already checked the arguments."""
+    tensors, params = complete(op, tensors, params)
     dims = dims if dims is not None else check(op, tensors, params)
     outs = tuple(out) if out is not None else allocate(op, tensors, params, dims)
     device = _present(op, tensors)[0].device
@@ -274,8 +306,8 @@ def prepare(op: OpInfo, tensors, params, arch=None, schedule=None, out=None, dim
                    for i in op.inputs if i.dtype_arg)
     kernel, storages = kernel_for(op, arch, variant_of(op, params, tensors), statics, dtypes, schedule)
     written = [o for info, o in zip(op.outputs, kernel_buffers(op, params, tensors, outs))
-               if info.when is None or tensors[info.when] is not None]
-    views = storage_views(storages, _present(op, tensors) + written)
+               if info.when is None or op.given(info.when, tensors, params)]
+    views = storage_views(storages, _kernel_inputs(op, tensors) + written)
     empty = op.dynamic_dim is not None and dims[op.dynamic_dim] == 0
     return (lambda: None) if empty else (lambda: kernel(*views)), outs
 
@@ -291,8 +323,10 @@ def storage_views(module_storages, tensors):
 def run(op: OpInfo, tensors, params, arch: Optional[str] = None, out=None):
     """Check, allocate (or take `out`), pick the kernel for the device (or `arch`), launch.
 
-    `out` lets tests pass poisoned outputs, so that elements a kernel fails to write show up.
+    `out` lets tests pass poisoned outputs, so that elements a kernel fails to write show up, and callers
+    pass accumulators: outputs that kernels add into (sums over rows, counts) are added into as given.
     """
+    tensors, params = complete(op, tensors, params)
     dims = check(op, tensors, params)
     if out is None:
         outs = allocate(op, tensors, params, dims)

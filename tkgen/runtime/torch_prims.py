@@ -11,7 +11,7 @@ from . import libm
 
 __all__ = ["torch", "_f32", "_t", "_bits", "_from_bits", "_wrap_i32", "_absmax", "_nanmax", "_nanmin", "_exponent_byte",
            "_pack_codes", "_unpack_codes", "_codes_as", "_codes_of", "_col_major", "_pad_dim", "_rows_valid",
-           "_exp", "_log", "_rsqrt", "_same"]
+           "_kept", "_gather_at", "_add_at", "_count", "_exp", "_log", "_rsqrt", "_same"]
 
 
 def _f32(value: float) -> torch.Tensor:
@@ -126,6 +126,35 @@ def _pad_dim(x: torch.Tensor, dim: int, size: int) -> torch.Tensor:
 def _rows_valid(blocks: int, rows: int, size: int) -> torch.Tensor:
     """(blocks, rows) booleans: whether row `r` of row block `b` is below the dynamic size."""
     return (torch.arange(blocks * rows) < size).reshape(blocks, rows)
+
+
+def _kept(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """`x` where the row is kept (keep_rows), 0 elsewhere: the kernel neither reads nor writes such rows."""
+    return torch.where(keep, x, torch.zeros((), dtype=x.dtype))
+
+
+def _gather_at(flat: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """flat[pos] where 0 <= pos < numel, else 0 (an input addressed `at:` positions)."""
+    ok = (pos >= 0) & (pos < flat.numel())
+    if not flat.numel():
+        return torch.zeros(pos.shape, dtype=flat.dtype)
+    return torch.where(ok, flat[torch.where(ok, pos, 0)], torch.zeros((), dtype=flat.dtype))
+
+
+def _add_at(values: torch.Tensor, pos: torch.Tensor, shape, keep=None) -> torch.Tensor:
+    """A zero tensor of `shape` with each value added at its flat position, where 0 <= pos < numel (and the
+    row is kept): an output addressed `at:` positions. Positions may repeat."""
+    out = torch.zeros(shape, dtype=values.dtype).reshape(-1)
+    ok = (pos >= 0) & (pos < out.numel())
+    if keep is not None:
+        ok &= keep
+    values, pos = torch.broadcast_tensors(values, pos)
+    return out.index_add_(0, pos[ok], values[ok]).reshape(shape)
+
+
+def _count(cond: torch.Tensor, shape) -> torch.Tensor:
+    """How many elements of `shape` a condition holds at (broadcast over the axes it does not vary over)."""
+    return torch.broadcast_to(cond, shape).sum()
 # Library math, mirroring what the kernels of the inputs' device call. On the CPU, TileLang's C backend
 # calls libm's expf/logf (within 0.502 ulp; float64 rounded to float32 agrees with it on >99.9% of inputs,
 # torch's own float32 exp on ~99%) and prints rsqrt as 1.0f / sqrtf(x), two correctly rounded operations.

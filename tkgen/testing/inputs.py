@@ -43,7 +43,8 @@ def materialize(recipe: dict, shape, device="cpu") -> torch.Tensor:
     for s in shape:
         n *= s
     if not dtype.is_floating_point:
-        x = torch.randint(-1000, 1000, (n,), generator=g, dtype=torch.int64)
+        lo, hi = recipe.get("range", (-1000, 999))       # `values: range` of an integer input (inclusive)
+        x = torch.randint(lo, hi + 1, (n,), generator=g, dtype=torch.int64)
         return x.to(dtype).reshape(shape).to(device)
     style = recipe["style"]
     if style == "discrete":
