@@ -11,21 +11,58 @@ import math
 import torch
 
 from .. import registry
-from ..runtime.ops import allocate, check, run, variant_of
+from ..runtime.ops import allocate, check, complete, run, variant_of
 from .inputs import build_inputs
 from .strategies import with_codec
 
 _LOWERED = set()
+COUNTS_START = 1000     # integer accumulators (counts) start here in tests: a kernel must add, not overwrite
 
 
 def poisoned(op, tensors, params):
     """Outputs filled with all-ones bytes: NaN for floats, -1 for integers, never a value a kernel writes
-    from valid inputs, so an element left unwritten cannot pass."""
+    from valid inputs, so an element left unwritten cannot pass. Accumulated float outputs (sums) start at
+    zero, integer ones (counts) at COUNTS_START (`accumulated_from` takes it off again)."""
     outs = allocate(op, tensors, params)
     for info, o in zip(op.outputs, outs):
-        if not info.accumulate:      # accumulated outputs must start at zero
+        if not info.accumulate:
             o.untyped_storage().fill_(0xFF)       # the whole buffer, padding of strided layouts included
+        elif not o.dtype.is_floating_point:
+            o.fill_(COUNTS_START)
     return outs
+
+
+def accumulated_from(info, got):
+    """What a kernel added into an output that `poisoned` started at COUNTS_START."""
+    return got - COUNTS_START if info.accumulate and not got.dtype.is_floating_point else got
+
+
+def written_rows(op, pkg, tensors, params):
+    """The rows a kernel writes (keep_rows), or None when it writes every row."""
+    ref = importlib.import_module(pkg.__name__ + ".reference")
+    tensors, params = complete(op, tensors, params)
+    fn = getattr(ref, "WRITTEN_ROWS", {}).get(variant_of(op, params, tensors))
+    if fn is None:
+        return None
+    statics = [params[p.name] for p in op.params if not p.structural]
+    return fn(*[tensors[i.name] for i in op.inputs], *statics).cpu()
+
+
+def compare_outputs(op, pkg, tensors, params, outs, refs, before, replay=None):
+    """Every output as it declares; with keep_rows, the rows a kernel must leave untouched still hold what
+    the buffer held `before` the run, byte for byte, and the other rows are compared as declared."""
+    rows = written_rows(op, pkg, tensors, params)
+    for i, (o, got, want) in enumerate(zip(op.outputs, outs, refs)):
+        exact = "bit" if isinstance(o.exact, dict) and "given" in o.exact else o.exact
+        want = replay[i] if exact != o.exact else want
+        got = accumulated_from(o, got)
+        if rows is None or o.row_dim is None or not got.numel():
+            compare(o.name, got, want, exact)
+            continue
+        kept, left = rows.nonzero().flatten(), (~rows).nonzero().flatten()
+        pick = lambda t, idx: t.index_select(o.row_dim, idx.to(t.device))  # noqa: E731
+        compare(o.name + " (rows not kept)", pick(got, left), pick(before[i], left), "bytes")
+        compare(o.name, pick(got, kept), pick(want, kept), exact)
 
 
 def reference_outputs(op, pkg, tensors, params, given=None):
@@ -34,6 +71,7 @@ def reference_outputs(op, pkg, tensors, params, given=None):
 
     `given`: kernel outputs that the reference takes in place of its own values (exact: {given: [...]})."""
     ref = importlib.import_module(pkg.__name__ + ".reference")
+    tensors, params = complete(op, tensors, params)
     fn = ref.VARIANTS[variant_of(op, params, tensors)]
     statics = [params[p.name] for p in op.params if not p.structural]
     return fn(*[tensors[i.name] for i in op.inputs], *statics, _given=given)
@@ -121,17 +159,16 @@ def run_case(op_name: str, case: dict, device="cpu", arch=None):
     tensors = build_inputs(case, device)
     params = dict(case["params"])
     check(op, tensors, params)
-    outs = run(op, tensors, params, arch=arch, out=poisoned(op, tensors, params))
+    out = poisoned(op, tensors, params)
+    before = [o.clone() for o in out]
+    outs = run(op, tensors, params, arch=arch, out=out)
     refs = reference_outputs(op, pkg, tensors, params)
     given = {n for o in op.outputs if isinstance(o.exact, dict) for n in o.exact.get("given", ())}
+    replay = None
     if given:
         by_name = {o.name: got for o, got in zip(op.outputs, outs)}
         replay = reference_outputs(op, pkg, tensors, params, given={n: by_name[n] for n in given})
-    for i, (o, got, want) in enumerate(zip(op.outputs, outs, refs)):
-        if isinstance(o.exact, dict) and "given" in o.exact:
-            compare(o.name, got, replay[i], "bit")
-        else:
-            compare(o.name, got, want, o.exact)
+    compare_outputs(op, pkg, tensors, params, outs, refs, before, replay)
     return outs, refs
 
 
