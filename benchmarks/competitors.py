@@ -127,9 +127,22 @@ def tk_batched_transpose(params, dims):
     if dims["M"] % 64 or dims["N"] % 64:
         raise NotImplementedError("TileKernels' batched_transpose needs M % 64 == 0 and N % 64 == 0")
     return lambda x: transpose.batched_transpose(x)
+def _tk_swiglu_moe(params, pos_to_token_topk, pos_to_expert):
+    """TileKernels 2.1.0's SwiGLU options: per-row weights (already gathered) times routed_scaling_factor, a
+    compile-time clamp; it has no gather at positions and marks padding by a psum layout, not per row."""
+    if pos_to_token_topk is not None or pos_to_expert is not None:
+        raise NotImplementedError("TileKernels 2.1.0 takes gathered weights and a psum layout, not positions")
+    rsf = params.get("routed_scaling_factor", 1.0)
+    return dict(routed_scaling_factor=None if rsf == 1.0 else rsf, clamp_value=params.get("clamp_value"))
+
+
 def tk_swiglu_forward(params, dims):
     tk = _tile_kernels()
-    return lambda x, weights=None: tk.quant.swiglu_forward(x, params["fmt"], topk_weights=weights)
+
+    def run(x, weights=None, pos_to_token_topk=None, topk_weights=None, pos_to_expert=None):
+        return tk.quant.swiglu_forward(x, params["fmt"], topk_weights=weights,
+                                       **_tk_swiglu_moe(params, pos_to_token_topk, pos_to_expert))
+    return run
 
 
 def tk_swiglu_forward_and_per_token_cast(params, dims):
@@ -137,17 +150,22 @@ def tk_swiglu_forward_and_per_token_cast(params, dims):
     if params["group"] not in (32, 128):
         raise NotImplementedError("TileKernels 2.1.0 casts SwiGLU outputs in groups of 32 or 128 only")
     kwargs = _tk_scale_kwargs(params["scale"])
-    return lambda x, weights=None: tk.quant.swiglu_forward_and_per_token_cast(
-        x, params["fmt"], params["group"], topk_weights=weights, **kwargs)
+
+    def run(x, weights=None, pos_to_token_topk=None, topk_weights=None, pos_to_expert=None):
+        return tk.quant.swiglu_forward_and_per_token_cast(
+            x, params["fmt"], params["group"], topk_weights=weights, **kwargs,
+            **_tk_swiglu_moe(params, pos_to_token_topk, pos_to_expert))
+    return run
 
 
 def tk_swiglu_backward(params, dims):
     tk = _tile_kernels()
 
-    def run(x, grad_out, weights=None):
+    def run(x, grad_out, weights=None, pos_to_token_topk=None, topk_weights=None, pos_to_expert=None):
         # TileKernels returns the weight gradient only with weights; its x_grad dtype is `fmt`
         fmt = "bf16" if x.dtype.itemsize == 2 else "fp32"
-        return tk.quant.swiglu_backward(x, grad_out, fmt, topk_weights=weights)
+        return tk.quant.swiglu_backward(x, grad_out, fmt, topk_weights=weights,
+                                        **_tk_swiglu_moe(params, pos_to_token_topk, pos_to_expert))
     return run
 
 

@@ -190,6 +190,9 @@ def docstring(catalog, spec) -> str:
         opt = " Optional (None: as if every element were {!r}).".format(t.absent) if t.optional else ""
         if t.optional and t.at:
             opt = f" Optional, given with `{t.at}` (None: as if every element were {t.absent!r})."
+        read_at = [o.name for o in spec.tensors.values() if o.at == t.name and o.name in spec.inputs]
+        if t.optional and read_at:
+            opt = f" Optional, given with `{read_at[0]}`: flat positions in it."
         kind = (f"codes of format `{t.format_ref}` in its container (packed formats: the last dim holds the "
                 f"packed bytes)" if t.format_ref else f"scales of scale format `{t.scale_ref}`" if t.scale_ref
                 else " or ".join(t.dtypes))

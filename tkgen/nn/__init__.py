@@ -6,10 +6,20 @@ from . import functional
 
 
 class SwiGLU(torch.nn.Module):
-    """y = silu(a) * b for x = [a, b] split in halves along the last dim; an optional per-row weight."""
+    """y = silu(a) * b for x = [a, b] split in halves along the last dim, times the row weight; with a clamp,
+    a = min(a, c) and b = clamp(b, -c, c) first. The MoE options of `functional.swiglu`: per-row weights or
+    routing weights read at positions, padding rows (pos_to_expert == -1 or a negative position: left as
+    the output buffer held them, zero gradients), the routed scaling factor. Returns y only (the clamp
+    counters are `functional.swiglu`'s op's second output)."""
 
-    def forward(self, x, weights=None):
-        return functional.swiglu(x, weights=weights, fmt="fp32" if x.dtype == torch.float32 else "bf16")
+    def __init__(self, routed_scaling_factor=1.0, clamp_value=None):
+        super().__init__()
+        self.routed_scaling_factor, self.clamp_value = routed_scaling_factor, clamp_value
+
+    def forward(self, x, weights=None, pos_to_token_topk=None, topk_weights=None, pos_to_expert=None):
+        return functional.swiglu(x, weights=weights, pos_to_token_topk=pos_to_token_topk, topk_weights=topk_weights,
+                                 pos_to_expert=pos_to_expert, fmt="fp32" if x.dtype == torch.float32 else "bf16",
+                                 routed_scaling_factor=self.routed_scaling_factor, clamp_value=self.clamp_value)
 
 
 class RMSNorm(torch.nn.Module):

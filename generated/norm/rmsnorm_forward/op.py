@@ -100,7 +100,23 @@ _rmsnorm_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
 def rms_norm(x, weight=None, residual=None, eps=1e-06, out_scale=1.0):
-    """`tkgen.nn.functional.rms_norm`: `rmsnorm_forward` with its autograd formula, returning 1 of its outputs."""
+    """`tkgen.nn.functional.rms_norm`: `rmsnorm_forward` with its autograd formula, returning out only.
+
+    RMSNorm of each row, with an optional residual added first. s = x + residual rounded to x's dtype (s = x without a residual) is written to `residual_out`; rstd = rsqrt(sum(s * s) / H + eps); out = s * rstd * (weight * out_scale) rounded to x's dtype (weight 1 without one). float32 arithmetic.
+    
+    Args:
+        x: [T, H] bf16 or fp32, contiguous, cpu or cuda.
+        weight: [H] bf16 or fp32, contiguous, cpu or cuda. Optional (None: as if every element were 1.0).
+        residual: [T, H] bf16 or fp32, contiguous, cpu or cuda. Optional (None: as if every element were -0.0).
+        eps: added to the mean square (a number; default 1e-06).
+        out_scale: multiplies the weight (a number; default 1.0).
+    
+    Returns:
+        out: [T, H], the dtype of `x`, exact: {'given': ['rstd']}.
+        rstd: [T], fp32, exact: {'tol': {'rtol': 2e-06, 'atol': 0.0}}.
+        residual_out: [T, H], the dtype of `x`, exact: bit. Empty unless `residual` is given.
+    
+    Generated from specs/norm/rmsnorm_forward.yaml."""
     outs = rmsnorm_forward(x=x, weight=weight, residual=residual, eps=eps, out_scale=out_scale)
     return outs[0]
 
