@@ -28,3 +28,27 @@ def test_integer_codes_have_no_nan_exemption():
     want = torch.tensor([0x7F, 0xFF], dtype=torch.uint8)
     with pytest.raises(AssertionError):
         compare("q", torch.tensor([0xFF, 0xFF], dtype=torch.uint8), want, "bit")
+
+
+def test_rows_left_untouched_must_still_hold_the_poison_and_counts_must_be_added():
+    """keep_rows: a kernel that writes a padding row, or overwrites a count instead of adding to it, fails."""
+    from tkgen import registry
+    from tkgen.runtime.ops import run
+    from tkgen.testing.check import compare_outputs, poisoned, reference_outputs
+
+    pkg = registry.op_package("swiglu_forward")
+    gen = torch.Generator().manual_seed(0)
+    tensors = {"x": torch.randn(6, 128, generator=gen),
+               "pos_to_expert": torch.tensor([0, -1, 2, 1, -1, 3], dtype=torch.int32)}
+    params = {"fmt": "fp32", "clamp_value": 0.5}
+    out = poisoned(pkg.OP, tensors, params)
+    before = [o.clone() for o in out]
+    outs = run(pkg.OP, tensors, params, out=out)
+    refs = reference_outputs(pkg.OP, pkg, tensors, params)
+    compare_outputs(pkg.OP, pkg, tensors, params, outs, refs, before)
+    wrote = [outs[0].clone(), outs[1]]
+    wrote[0][4] = refs[0][4]             # what an unguarded kernel would store there
+    with pytest.raises(AssertionError, match="rows not kept"):
+        compare_outputs(pkg.OP, pkg, tensors, params, wrote, refs, before)
+    with pytest.raises(AssertionError, match="clamped_count"):
+        compare_outputs(pkg.OP, pkg, tensors, params, [outs[0], refs[1]], refs, before)

@@ -18,3 +18,18 @@ def test_packed_formats_lower_for_both_cuda_archs(op, factory, args):
         module = importlib.import_module(f"{registry.op_package(op).__name__}.kernel_{arch}")
         src = lower_source(module, getattr(module, factory), args)
         assert "__global__" in src, arch
+
+
+def test_counts_take_one_atomic_per_counter_per_block():
+    """The clamp counters: each block reduces its counts and adds them with one atomic per counter, made
+    by as many threads as there are counters (not one atomic per element or per thread)."""
+    import re
+    for arch in ("sm90", "sm100"):
+        module = importlib.import_module(f"{registry.op_package('swiglu_forward').__name__}.kernel_{arch}")
+        src = lower_source(module, module.build_fp32_with_clamp_value, (256, 1.0, 0.5, "fp32"))
+        sites = [m.start() for m in re.finditer(r"AtomicAdd\(", src)]
+        assert len(sites) == 1, arch
+        # the statement around it: `if (threadIdx.x / 3 == 0 ...) { AtomicAdd(&clamped_count[threadIdx.x % 3], ...) }`
+        guard = src[:sites[0]].rstrip().splitlines()[-1]
+        assert re.search(r"\(\(int\)threadIdx\.x\) / 3\) == 0", guard), guard
+        assert src[sites[0]:].startswith("AtomicAdd((&(clamped_count[(((int)threadIdx.x) % 3)]))")

@@ -101,3 +101,22 @@ def test_copies_go_to_like_outputs(tmp_path):
     assert e.field_path[0] == "compute" and "like: x" in e.message
     e = _check(tmp_path, MOVE.replace("out = copy(x)", "out = copy(x) * 2.0"))
     assert "copied elements" in e.message
+
+
+SWIGLU = (registry.specs_dir() / "fused" / "swiglu_forward.yaml").read_text()
+
+
+def test_errors_of_the_row_features(tmp_path):
+    """keep_rows first, counts over the rows, `at:` positions in an integer input, runtime sizes only for
+    tensors addressed at positions, optional params only for floats."""
+    first = "  - keep = keep_rows(load(pos_to_expert) >= 0 and load(pos_to_token_topk) >= 0)\n"
+    e = _check(tmp_path, SWIGLU.replace(first, "").replace("  - xf = load(x)\n", "  - xf = load(x)\n" + first))
+    assert "first statement" in e.message
+    e = _check(tmp_path, SWIGLU.replace("count(b0 < -clamp_value)", "count(load(weights) > 0)"))
+    assert "vary over the rows" in e.message
+    e = _check(tmp_path, SWIGLU.replace("at: pos_to_token_topk", "at: weights"))
+    assert e.field_path == ("inputs", "topk_weights", "at") and "integer" in e.message
+    e = _check(tmp_path, SWIGLU.replace("shape: [T], view: [t], optional: true, absent: 1.0", "shape: [T_tok], view: [t], optional: true, absent: 1.0"))
+    assert "runtime size besides the rows" in e.message
+    e = _check(tmp_path, SWIGLU.replace("fmt: {one_of: [bf16, fp32], default: bf16,", "fmt: {one_of: [bf16, fp32], default: bf16, optional: true,"))
+    assert "only float params can be optional" in e.message
