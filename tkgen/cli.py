@@ -36,7 +36,8 @@ def cmd_show(args):
     print("  " + " ".join(spec.doc.split()))
     print("params:")
     for p in spec.params.values():
-        allowed = list(p.choices) if p.choices else f"[{', '.join(py_expr(r) for r in p.range)}]"
+        allowed = (list(p.choices) if p.choices else f"[{', '.join(py_expr(r) for r in p.range)}]" if p.range
+                   else "a float or None" if p.optional else "a float")
         print(f"  {p.name}: {allowed}, default {p.default!r} — {p.doc}")
     print("dims:")
     for d in spec.dims.values():
@@ -45,7 +46,7 @@ def cmd_show(args):
     for role, tensors in (("inputs", spec.inputs), ("outputs", spec.outputs)):
         print(f"{role}:")
         for t in tensors.values():
-            kind = " | ".join(t.dtypes) or f"format {t.format_ref or t.scale_ref}"
+            kind = (" | ".join(t.dtypes) or f"format {t.format_ref or t.scale_ref}") + (f", at {t.at}" if t.at else "")
             exact = f", exact {t.exact}" if role == "outputs" else ""
             print(f"  {t.name}: [{', '.join(t.shape_text)}] {kind}{exact}")
     print("compute:")
