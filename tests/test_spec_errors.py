@@ -120,3 +120,5 @@ def test_errors_of_the_row_features(tmp_path):
     assert "runtime size besides the rows" in e.message
     e = _check(tmp_path, SWIGLU.replace("fmt: {one_of: [bf16, fp32], default: bf16,", "fmt: {one_of: [bf16, fp32], default: bf16, optional: true,"))
     assert "only float params can be optional" in e.message
+    e = _check(tmp_path, SWIGLU.replace("at: pos_to_token_topk,", "at: pos_to_token_topk, view: [t],"))
+    assert "exactly one of the fields view, at" in e.message

@@ -119,5 +119,9 @@ def _explain(err) -> str:
         return f"expected {err.validator_value}, found {type(err.instance).__name__} {err.instance!r}"
     if v == "pattern":
         return f"expected a name matching {err.validator_value}, found {err.instance!r}"
+    if v == "oneOf" and all(set(alt) == {"required"} and len(alt["required"]) == 1 for alt in err.validator_value):
+        fields = [alt["required"][0] for alt in err.validator_value]
+        given = [f for f in fields if isinstance(err.instance, dict) and f in err.instance]
+        return f"expected exactly one of the fields {', '.join(fields)}, found " + (", ".join(given) or "none")
     desc = err.schema.get("description")
     return f"{err.message}" + (f" (expected: {desc})" if desc else "")
