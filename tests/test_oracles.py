@@ -5,7 +5,7 @@ Oracles are written here by hand, per operator, on purpose: they must not share 
 import importlib
 
 import torch
-from hypothesis import given
+from hypothesis import assume, given
 
 from tkgen import registry
 from tkgen.testing.check import reference_outputs
@@ -248,4 +248,25 @@ def test_batched_transpose_reference_is_a_bitwise_transpose():
         x = build_inputs(case)["x"]
         (out,) = reference_outputs(pkg.OP, pkg, {"x": x}, {})
         assert same_bits(out, x.transpose(1, 2).contiguous())
+    prop()
+
+
+def test_swiglu_per_channel_cast_is_the_swiglu_then_the_channel_cast():
+    """The fused reference against its two halves computed apart: torch's SwiGLU in float32 (libm's exp,
+    as the kernels call it), rounded to the input dtype by torch, then the per-channel cast oracle."""
+    from tkgen.runtime import libm
+    pkg = registry.op_package("swiglu_forward_and_per_channel_cast_and_transpose")
+
+    @given(_cases("swiglu_forward_and_per_channel_cast_and_transpose"))
+    def prop(case):
+        x = build_inputs(case)["x"]
+        p = case["params"]
+        q, sf = reference_outputs(pkg.OP, pkg, {"x": x}, p)
+        a, b = x.float().chunk(2, dim=1)
+        act = (a / (1 + libm.expf(-a)) * b).to(x.dtype)
+        assume(bool(torch.isfinite(act).all()))   # an overflowing SwiGLU: the property tests hold kernels to it
+        osf, inv = oracle_block_scales(act, p["group_tokens"], 1, p["scale"])
+        oq = _cast(act.float() * inv.repeat_interleave(p["group_tokens"], 0)[:x.shape[0]])
+        assert same_bits(q, oq.T.contiguous() if p["transpose"] else oq)
+        assert same_bits(sf, _ue8m0_words(osf) if p["scale"] == "ue8m0" else osf)
     prop()
