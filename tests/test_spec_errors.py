@@ -101,3 +101,8 @@ def test_copies_go_to_like_outputs(tmp_path):
     assert e.field_path[0] == "compute" and "like: x" in e.message
     e = _check(tmp_path, MOVE.replace("out = copy(x)", "out = copy(x) * 2.0"))
     assert "copied elements" in e.message
+
+
+def test_when_names_an_optional_input_or_a_boolean_param(tmp_path):
+    e = _check(tmp_path, GOOD.replace("sf: {scale_format: scale,", "sf: {scale_format: scale, when: scale,"))
+    assert e.field_path == ("outputs", "sf", "when") and "boolean param" in e.message

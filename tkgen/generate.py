@@ -105,7 +105,7 @@ def op_module(catalog, spec, header):
             v = spec.variant_name(variant)
             t = spec.resolved(variant).outputs[name]
             dims = [_d(s) for s in t.shape]
-            if t.when and not variant[f"?{t.when}"]:
+            if not spec.writes(t, variant):
                 dims = ["0"]            # not written in this variant: an empty tensor
             if t.scale_ref or t.format_ref:
                 codes, elems = codec(catalog, spec, t, variant)["packet"]
@@ -192,7 +192,8 @@ def docstring(catalog, spec) -> str:
     for t in spec.outputs.values():
         kind = (f"format `{t.format_ref}`" if t.format_ref else f"scale format `{t.scale_ref}`" if t.scale_ref
                 else f"the dtype of `{t.like}`" if t.like else t.dtypes[0])
-        when = f" Empty unless `{t.when}` is given." if t.when else ""
+        when = "" if not t.when else (f" Empty unless `{t.when}` is true." if t.when in spec.params
+                                      else f" Empty unless `{t.when}` is given.")
         lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{when}")
     lines.append("")
     lines.append(f"Generated from {_rel(catalog, spec.path)}.")
@@ -229,6 +230,7 @@ def strategies_module(catalog, spec, header):
     return render("strategies.py.j2", header=header.replace('"', "'"), op=spec.name, steps=steps, requires=requires,
                   inputs=inputs, max_rows=spec.tests.get("max_rows", 40), examples=spec.tests.get("examples", 100), dim_names=list(spec.dims),
                   structural=repr(tuple(p.name for p in spec.structural_params)),
+                  boolean=any(p.boolean for p in spec.structural_params),
                   param_names=list(spec.params))
 
 

@@ -77,7 +77,8 @@ class Tensor:
     optional: bool = False                   # inputs: may be None; each presence compiles its own kernel
     absent: Optional[float] = None           # inputs: the value `load` gives when the input is None
     like: Optional[str] = None               # same element type as this input (its dtype at the call)
-    when: Optional[str] = None               # outputs: written only when this optional input is given
+    when: Optional[str] = None               # outputs: written only when this optional input is given, or
+                                             # this boolean param is true
 
     @property
     def axes(self) -> Tuple[str, ...]:
@@ -188,6 +189,12 @@ class OpSpec:
         parts = [str(v).lower() if isinstance(v, bool) else str(v) for k, v in variant.items() if not k.startswith("?")]
         parts += [f"with_{k[1:]}" for k, v in variant.items() if k.startswith("?") and v]
         return "_".join(parts) or "base"
+
+    @staticmethod
+    def writes(t: Tensor, variant: dict) -> bool:
+        """Whether a variant writes an output: always, unless its `when` names an optional input that is
+        absent (`?<input>` false) or a boolean param that is false."""
+        return not t.when or bool(variant.get(f"?{t.when}", variant.get(t.when)))
 
     def resolved(self, variant: dict) -> "OpSpec":
         """The spec as one variant sees it: every output in the layout its boolean params select."""
@@ -372,7 +379,8 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
         shape, view = layout(base, t)
         when = []
         # `when:` names the condition an output depends on: an optional input (written only when it is
-        # given) or, as a mapping, boolean params (the layout it takes when the param is true)
+        # given), a boolean param (written only when it is true) or, as a mapping, boolean params (the
+        # layout it takes when the param is true)
         optional_when = t.get("when") if isinstance(t.get("when"), str) else None
         for param, alt in (t.get("when") if isinstance(t.get("when"), dict) else {}).items():
             path = base + ("when", param)
@@ -450,9 +458,11 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
             raise doc.error(("outputs", n, "like"), f"`like` names an input with a dtype; expected one of {list(inputs)}")
         if t.like:
             outputs[n] = t = Tensor(**{**t.__dict__, "dtypes": inputs[t.like].dtypes})
-        if t.when and (t.when not in inputs or not inputs[t.when].optional):
-            raise doc.error(("outputs", n, "when"), f"`when` names an optional input; optional inputs are "
-                                                    f"{[i for i in inputs if inputs[i].optional]}")
+        if t.when and not ((t.when in inputs and inputs[t.when].optional) or
+                           (t.when in params and params[t.when].boolean)):
+            raise doc.error(("outputs", n, "when"), f"`when` names an optional input or a boolean param; optional "
+                                                    f"inputs are {[i for i in inputs if inputs[i].optional]}, "
+                                                    f"boolean params {[p for p in params if params[p].boolean]}")
         if isinstance(t.exact, dict) and "given" in t.exact:
             for g in t.exact["given"]:
                 if g == n or d["outputs"].get(g, {}).get("dtype") != "fp32":

@@ -362,7 +362,7 @@ class _Builder:
     def finish(self):
         outputs = {}
         for name, t in self.spec.outputs.items():
-            if t.when and not self.variant.get(f"?{t.when}"):
+            if not self.spec.writes(t, self.variant):
                 continue            # not written in this variant
             if name not in self.values:
                 raise StageError(len(self.spec.stages) - 1, f"output {name!r} is never assigned")

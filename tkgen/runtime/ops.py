@@ -69,7 +69,8 @@ class OutputInfo:
     shape_fn: Callable                 # (dims, variant) -> container shape
     dtype_fn: Callable                 # (variant, {input: dtype name}) -> torch dtype name of the container
     exact: object = "bit"              # bit | {"ulp": n, "rate": r} | {"tol": {...}} | {"given": [...]}
-    when: Optional[str] = None         # written only when this optional input is given (else empty)
+    when: Optional[str] = None         # written only when this optional input is given, or this boolean
+                                       # param is true (else empty)
     accumulate: bool = False           # a sum over the rows: every block adds into it, so it starts at 0
     col_pad: Optional[Callable] = None  # variant -> None (row-major) or the row padding of a column-major layout
 
@@ -274,10 +275,17 @@ def prepare(op: OpInfo, tensors, params, arch=None, schedule=None, out=None, dim
                    for i in op.inputs if i.dtype_arg)
     kernel, storages = kernel_for(op, arch, variant_of(op, params, tensors), statics, dtypes, schedule)
     written = [o for info, o in zip(op.outputs, kernel_buffers(op, params, tensors, outs))
-               if info.when is None or tensors[info.when] is not None]
+               if written_in(info, tensors, params)]
     views = storage_views(storages, _present(op, tensors) + written)
     empty = op.dynamic_dim is not None and dims[op.dynamic_dim] == 0
     return (lambda: None) if empty else (lambda: kernel(*views)), outs
+
+
+def written_in(info: OutputInfo, tensors, params) -> bool:
+    """Whether a call writes an output: its `when` input is given, or its `when` param is true."""
+    if info.when is None:
+        return True
+    return params[info.when] is True if info.when in params else tensors[info.when] is not None
 
 
 def storage_views(module_storages, tensors):
