@@ -29,6 +29,8 @@ class Param:
     default: object
     kind: str = "int"                 # int | str | float (float params have neither one_of nor range)
     test_values: Tuple = ()           # float params: the values the strategies draw
+    optional: bool = False            # float params: may be None; each presence compiles its own kernel
+    absent: Optional[float] = None    # optional float params: their value in compute when None
 
     @property
     def structural(self) -> bool:
@@ -173,12 +175,17 @@ class OpSpec:
     def optional_inputs(self):
         return [t.name for t in self.inputs.values() if t.optional]
 
-    def variants(self):
-        """Every combination of structural params and optional-input presence: one kernel factory each.
+    @property
+    def optional_params(self):
+        return [p.name for p in self.params.values() if p.optional]
 
-        Presence is keyed `?<input>` in the variant dict."""
+    def variants(self):
+        """Every combination of structural params and the presence of optional inputs and optional params:
+        one kernel factory each.
+
+        Presence is keyed `?<input>` (or `?<param>`) in the variant dict, inputs first."""
         sp = self.structural_params
-        opt = self.optional_inputs
+        opt = self.optional_inputs + self.optional_params
         for combo in itertools.product(*(p.choices for p in sp), *([(False, True)] * len(opt))):
             v = dict(zip((p.name for p in sp), combo[:len(sp)]))
             v.update({f"?{n}": b for n, b in zip(opt, combo[len(sp):])})
@@ -337,6 +344,22 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
             raise doc.error(("params", name, "one_of"), "a boolean param takes only true and false")
         if choices is not None and default is not None and default not in choices:
             raise doc.error(("params", name, "default"), f"default {default!r} is not one of {list(choices)}")
+        for key in ("optional", "absent"):
+            if key in p and p.get("type") != "float":
+                raise doc.error(("params", name, key), f"`{key}` is for float params (type: float)")
+        if p.get("type") == "float" and p.get("optional"):
+            # an optional float param: None by default, and its absence is a variant of its own in which
+            # compute sees the constant `absent` (an infinite clamp folds away: no code for it)
+            if default is not None or "absent" not in p:
+                raise doc.error(("params", name), "an optional float param has no default and needs `absent:`, "
+                                                  "its value in compute when it is None")
+            if "test_values" not in p:
+                raise doc.error(("params", name), "an optional float param needs `test_values` (drawn besides None)")
+            tv = tuple(float(v) for v in p["test_values"])
+            params[name] = Param(name, p["doc"], None, None, None, "float", tv, True, float(p["absent"]))
+            continue
+        if "absent" in p:
+            raise doc.error(("params", name, "absent"), "`absent` is for optional float params (optional: true)")
         if p.get("type") == "float":
             if default is None:
                 raise doc.error(("params", name), "a float param needs a default")

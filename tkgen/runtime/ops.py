@@ -34,6 +34,7 @@ class ParamInfo:
     doc: str
     default: object = None
     kind: str = "int"                  # int | str | float
+    optional: bool = False             # a float param that may be None (its own variant, `with_<name>`)
 
 
 @dataclass(frozen=True)
@@ -178,9 +179,11 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
 
 
 def _check_param(op, p, v, dims):
-    if p.kind == "float":
+    if p.optional and v is None:
+        pass
+    elif p.kind == "float":
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ValueError(f"{op.name}: `{p.name}` must be a number; got {v!r}")
+            raise ValueError(f"{op.name}: `{p.name}` must be a number{' or None' if p.optional else ''}; got {v!r}")
         v = float(v)
     elif p.choices is not None:
         allowed = [dims.get(c, c) if isinstance(c, str) and not p.structural else c for c in p.choices]
@@ -201,6 +204,7 @@ def variant_of(op: OpInfo, params, tensors) -> str:
     values = [str(params[p.name]).lower() if isinstance(params[p.name], bool) else str(params[p.name])
               for p in op.params if p.structural]
     values += [f"with_{i.name}" for i in op.inputs if i.optional and tensors.get(i.name) is not None]
+    values += [f"with_{p.name}" for p in op.params if p.optional and params[p.name] is not None]
     return "_".join(values) or "base"
 
 
