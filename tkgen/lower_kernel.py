@@ -515,7 +515,8 @@ class _KernelLowering:
         kind, fmt = kf
         pk = self.packing(t)
         if pk:
-            parts = [self.group_index(g) for g in t.view]
+            at = {a: str(i) for a, i in fixed}
+            parts = [self.group_index(g, at) for g in t.view]
             e, n = parts[-1], pk.codes
 
             def var(v):
@@ -529,9 +530,9 @@ class _KernelLowering:
                 code = ir.op("select", ir.op("eq", ir.Var("j", ir.U32), ir.u32(j)), pk.unpack_ir(j, words), code)
             code = TileLangPrinter(var)(code)
         elif fmt.store == "float":
-            return f"{tname}[{self.tensor_index(t)}]"
+            return f"{tname}[{self.tensor_index(t, fixed)}]"
         else:
-            code = f'T.cast({tname}[{self.tensor_index(t)}], "uint32")'
+            code = f'T.cast({tname}[{self.tensor_index(t, fixed)}], "uint32")'
         if kind == "element":
             self.helpers.add(f"decode_{fmt.name}")
             return f"decode_{fmt.name}({code})"
