@@ -179,6 +179,13 @@ def codec_table(catalog, spec, t):
     return f"lambda v: {table!r}[v]"
 
 
+def _sentence(text) -> str:
+    """A tensor's `doc` appended to its docstring line as written, ending with a full stop (nothing
+    without one)."""
+    text = " ".join(text.split())
+    return f" {text.rstrip('.')}." if text else ""
+
+
 def docstring(catalog, spec) -> str:
     lines = [" ".join(spec.doc.split()), "", "Args:"]
     for t in spec.inputs.values():
@@ -186,19 +193,22 @@ def docstring(catalog, spec) -> str:
         kind = (f"codes of format `{t.format_ref}` in its container (packed formats: the last dim holds the "
                 f"packed bytes)" if t.format_ref else f"scales of scale format `{t.scale_ref}`" if t.scale_ref
                 else " or ".join(t.dtypes))
-        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {kind}, contiguous, cpu or cuda.{opt}")
+        doc = _sentence(t.doc)
+        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {kind}, contiguous, cpu or cuda.{doc}{opt}")
     for p in spec.params.values():
         allowed = ("a number or None" if p.optional else "a number" if p.kind == "float" else
                    ", ".join(map(str, p.choices)) if p.choices else
                    f"an integer in [{', '.join(py_expr(r, tl=False) for r in p.range)}]")
-        lines.append(f"    {p.name}: {p.doc} ({allowed}; default {p.default!r}).")
+        default = "required" if p.default is None and not p.optional else f"default {p.default!r}"
+        lines.append(f"    {p.name}: {p.doc} ({allowed}; {default}).")
     lines += ["", "Returns:"]
     for t in spec.outputs.values():
         kind = (f"format `{t.format_ref}`" if t.format_ref else f"scale format `{t.scale_ref}`" if t.scale_ref
                 else f"the dtype of `{t.like}`" if t.like else t.dtypes[0])
         when = "" if not t.when else (f" Empty unless `{t.when}` is true." if t.when in spec.params
                                       else f" Empty unless `{t.when}` is given.")
-        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{when}")
+        doc = _sentence(t.doc)
+        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{doc}{when}")
     lines.append("")
     lines.append(f"Generated from {_rel(catalog, spec.path)}.")
     return "\n    ".join(line.replace('"""', "'''") for line in lines)
