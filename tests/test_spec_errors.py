@@ -101,3 +101,16 @@ def test_copies_go_to_like_outputs(tmp_path):
     assert e.field_path[0] == "compute" and "like: x" in e.message
     e = _check(tmp_path, MOVE.replace("out = copy(x)", "out = copy(x) * 2.0"))
     assert "copied elements" in e.message
+
+
+def test_when_names_an_optional_input_or_a_boolean_param(tmp_path):
+    e = _check(tmp_path, GOOD.replace("sf: {scale_format: scale,", "sf: {scale_format: scale, when: scale,"))
+    assert e.field_path == ("outputs", "sf", "when") and "boolean param" in e.message
+
+
+def test_optional_float_params_need_an_absent_value(tmp_path):
+    text = GOOD.replace("params:\n", "params:\n  c: {type: float, optional: true, test_values: [0.5], doc: a clamp}\n")
+    e = _check(tmp_path, text)
+    assert e.field_path == ("params", "c") and "absent" in e.message
+    e = _check(tmp_path, GOOD.replace("default: 128, doc:", "default: 128, absent: 1, doc:"))
+    assert e.field_path == ("params", "group", "absent") and "float" in e.message

@@ -42,6 +42,8 @@ def _source(spec, text, saved, path, err):
         i = list(spec.outputs).index(name)
         t = spec.outputs[name]
         grad = f"_contiguous(grads[{i}])"
+        if t.when in spec.params:          # written only when a boolean param is true
+            return f"({grad} if {t.when} else None)"
         return f"(None if {t.when} is None else {grad})" if t.when else grad
     if isinstance(node, E.Name) and node.id in spec.tensors:
         if node.id not in saved:

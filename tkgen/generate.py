@@ -93,7 +93,8 @@ def op_module(catalog, spec, header):
     for p in spec.params.values():
         rng = f"lambda d: ({_d(p.range[0])}, {_d(p.range[1])})" if p.range else None
         params.append(dict(name=p.name, choices=repr(p.choices) if p.choices else None, range=rng,
-                           structural=p.structural, doc=p.doc, default=repr(p.default), kind=repr(p.kind)))
+                           structural=p.structural, doc=p.doc, default=repr(p.default), kind=repr(p.kind),
+                           optional=p.optional))
     inputs = [dict(name=t.name, dtypes=repr(t.dtypes), shape=repr(t.shape_text), optional=t.optional,
                    binds=repr(tuple(binding(s, spec.dims) for s in t.shape)), like=repr(t.like),
                    shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)", codec=codec_table(catalog, spec, t))
@@ -105,7 +106,7 @@ def op_module(catalog, spec, header):
             v = spec.variant_name(variant)
             t = spec.resolved(variant).outputs[name]
             dims = [_d(s) for s in t.shape]
-            if t.when and not variant[f"?{t.when}"]:
+            if not spec.writes(t, variant):
                 dims = ["0"]            # not written in this variant: an empty tensor
             if t.scale_ref or t.format_ref:
                 codes, elems = codec(catalog, spec, t, variant)["packet"]
@@ -125,13 +126,15 @@ def op_module(catalog, spec, header):
     requires = [(text, _d(node)) for d in spec.dims.values() for text, node in d.require]
     factory_args = tuple([d.name for d in spec.dims.values() if not d.dynamic] + [p.name for p in spec.static_params])
     custom_args = [f"{n}: {'Optional[torch.Tensor]' if t.optional else 'torch.Tensor'}" for n, t in spec.inputs.items()] + \
-                  [f"{p.name}: {'bool' if p.boolean else 'str' if p.structural else p.kind}" for p in spec.params.values()]
+                  [f"{p.name}: " + (f"Optional[{p.kind}]" if p.optional else 'bool' if p.boolean else 'str' if p.structural
+                                    else p.kind) for p in spec.params.values()]
     plain_args = list(spec.inputs) + list(spec.params)
     required = [n for n, t in spec.inputs.items() if not t.optional]
     optional = [f"{n}=None" for n, t in spec.inputs.items() if t.optional]
-    with_default = [f"{p.name}={p.default!r}" for p in spec.params.values() if p.default is not None]
+    with_default = [f"{p.name}={p.default!r}" for p in spec.params.values() if p.default is not None or p.optional]
     # arguments without defaults come first: required inputs and params, in declaration order
-    public_args = required + [p.name for p in spec.params.values() if p.default is None] + optional + with_default
+    public_args = required + [p.name for p in spec.params.values() if p.default is None and not p.optional] + \
+        optional + with_default
     n_out = len(spec.outputs)
     returns = "tuple[" + ", ".join(["torch.Tensor"] * n_out) + "]" if n_out > 1 else "torch.Tensor"
     ag = autograd_plan(catalog, spec)
@@ -142,7 +145,7 @@ def op_module(catalog, spec, header):
                   optional_inputs=spec.optional_inputs, static_params=[p.name for p in spec.params.values()], params=params, inputs=inputs, outputs=outputs, dims=dims,
                   requires=requires, factory_args=repr(factory_args), custom_args=custom_args,
                   plain_args=plain_args, public_args=public_args, returns=returns, docstring=docstring(catalog, spec),
-                  has_optional=bool(spec.optional_inputs))
+                  has_optional=bool(spec.optional_inputs or spec.optional_params))
 
 
 def output_dtype(catalog, spec, t, variant) -> str:
@@ -176,6 +179,13 @@ def codec_table(catalog, spec, t):
     return f"lambda v: {table!r}[v]"
 
 
+def _sentence(text) -> str:
+    """A tensor's `doc` appended to its docstring line as written, ending with a full stop (nothing
+    without one)."""
+    text = " ".join(text.split())
+    return f" {text.rstrip('.')}." if text else ""
+
+
 def docstring(catalog, spec) -> str:
     lines = [" ".join(spec.doc.split()), "", "Args:"]
     for t in spec.inputs.values():
@@ -183,17 +193,22 @@ def docstring(catalog, spec) -> str:
         kind = (f"codes of format `{t.format_ref}` in its container (packed formats: the last dim holds the "
                 f"packed bytes)" if t.format_ref else f"scales of scale format `{t.scale_ref}`" if t.scale_ref
                 else " or ".join(t.dtypes))
-        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {kind}, contiguous, cpu or cuda.{opt}")
+        doc = _sentence(t.doc)
+        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {kind}, contiguous, cpu or cuda.{doc}{opt}")
     for p in spec.params.values():
-        allowed = ("a number" if p.kind == "float" else ", ".join(map(str, p.choices)) if p.choices else
+        allowed = ("a number or None" if p.optional else "a number" if p.kind == "float" else
+                   ", ".join(map(str, p.choices)) if p.choices else
                    f"an integer in [{', '.join(py_expr(r, tl=False) for r in p.range)}]")
-        lines.append(f"    {p.name}: {p.doc} ({allowed}; default {p.default!r}).")
+        default = "required" if p.default is None and not p.optional else f"default {p.default!r}"
+        lines.append(f"    {p.name}: {p.doc} ({allowed}; {default}).")
     lines += ["", "Returns:"]
     for t in spec.outputs.values():
         kind = (f"format `{t.format_ref}`" if t.format_ref else f"scale format `{t.scale_ref}`" if t.scale_ref
                 else f"the dtype of `{t.like}`" if t.like else t.dtypes[0])
-        when = f" Empty unless `{t.when}` is given." if t.when else ""
-        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{when}")
+        when = "" if not t.when else (f" Empty unless `{t.when}` is true." if t.when in spec.params
+                                      else f" Empty unless `{t.when}` is given.")
+        doc = _sentence(t.doc)
+        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{doc}{when}")
     lines.append("")
     lines.append(f"Generated from {_rel(catalog, spec.path)}.")
     return "\n    ".join(line.replace('"""', "'''") for line in lines)
@@ -210,7 +225,8 @@ def strategies_module(catalog, spec, header):
         steps.append(dict(kind="choices", name=d.name, options=[repr(v) for v in vals]))
     for p in spec.params.values():
         if p.kind == "float":
-            steps.append(dict(kind="choices", name=p.name, options=[repr(v) for v in p.test_values]))
+            steps.append(dict(kind="choices", name=p.name,
+                              options=(["None"] if p.optional else []) + [repr(v) for v in p.test_values]))
         elif p.choices is not None:
             steps.append(dict(kind="choices", name=p.name,
                               options=[f'd["{c}"]' if isinstance(c, str) and c in spec.dims else repr(c) for c in p.choices]))
@@ -229,6 +245,7 @@ def strategies_module(catalog, spec, header):
     return render("strategies.py.j2", header=header.replace('"', "'"), op=spec.name, steps=steps, requires=requires,
                   inputs=inputs, max_rows=spec.tests.get("max_rows", 40), examples=spec.tests.get("examples", 100), dim_names=list(spec.dims),
                   structural=repr(tuple(p.name for p in spec.structural_params)),
+                  boolean=any(p.boolean for p in spec.structural_params),
                   param_names=list(spec.params))
 
 

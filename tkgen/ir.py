@@ -110,6 +110,48 @@ def op(name: str, *args: Expr) -> Op:
     raise KeyError(f"unknown primitive {name!r}")
 
 
+_INF = float("inf")
+
+
+def _is(e: Expr, value) -> bool:
+    return isinstance(e, Const) and e.value == value and (e.dtype == BOOL) == isinstance(value, bool)
+
+
+def fold(e: Expr) -> Expr:
+    """Simplify the identities that hold for every operand, NaN included, bottom up: -(constant); a
+    comparison that no float passes (x > +inf, x < -inf); min(x, +inf) and max(x, -inf) as x; and logic
+    and selects on constant conditions. Nothing else changes, so the float32 operations that remain are
+    exactly those written. (What an absent optional param, such as an infinite clamp, leaves behind.)"""
+    if not isinstance(e, Op):
+        return e
+    args = tuple(fold(a) for a in e.args)
+    o = e.op
+    if o == "neg" and isinstance(args[0], Const) and args[0].dtype == F32:
+        return Const(-args[0].value, F32)
+    if o == "gt" and (_is(args[1], _INF) or _is(args[0], -_INF)):
+        return Const(False, BOOL)
+    if o == "lt" and (_is(args[1], -_INF) or _is(args[0], _INF)):
+        return Const(False, BOOL)
+    if o in ("min", "max"):
+        neutral = _INF if o == "min" else -_INF
+        if _is(args[1], neutral):
+            return args[0]
+        if _is(args[0], neutral):
+            return args[1]
+    if o in ("and", "or"):
+        absorbing = o == "or"          # True absorbs `or`, False absorbs `and`; the other one is neutral
+        for a, b in ((args[0], args[1]), (args[1], args[0])):
+            if _is(a, absorbing):
+                return Const(absorbing, BOOL)
+            if _is(a, not absorbing):
+                return b
+    if o == "not" and isinstance(args[0], Const):
+        return Const(not args[0].value, BOOL)
+    if o == "select" and isinstance(args[0], Const):
+        return args[1] if args[0].value else args[2]
+    return Op(o, args, e.dtype)
+
+
 def children(e: Expr):
     return e.args if isinstance(e, (Op, Call)) else ()
 

@@ -29,6 +29,8 @@ class Param:
     default: object
     kind: str = "int"                 # int | str | float (float params have neither one_of nor range)
     test_values: Tuple = ()           # float params: the values the strategies draw
+    optional: bool = False            # float params: may be None; each presence compiles its own kernel
+    absent: Optional[float] = None    # optional float params: their value in compute when None
 
     @property
     def structural(self) -> bool:
@@ -77,7 +79,8 @@ class Tensor:
     optional: bool = False                   # inputs: may be None; each presence compiles its own kernel
     absent: Optional[float] = None           # inputs: the value `load` gives when the input is None
     like: Optional[str] = None               # same element type as this input (its dtype at the call)
-    when: Optional[str] = None               # outputs: written only when this optional input is given
+    when: Optional[str] = None               # outputs: written only when this optional input is given, or
+                                             # this boolean param is true
 
     @property
     def axes(self) -> Tuple[str, ...]:
@@ -173,12 +176,17 @@ class OpSpec:
     def optional_inputs(self):
         return [t.name for t in self.inputs.values() if t.optional]
 
-    def variants(self):
-        """Every combination of structural params and optional-input presence: one kernel factory each.
+    @property
+    def optional_params(self):
+        return [p.name for p in self.params.values() if p.optional]
 
-        Presence is keyed `?<input>` in the variant dict."""
+    def variants(self):
+        """Every combination of structural params and the presence of optional inputs and optional params:
+        one kernel factory each.
+
+        Presence is keyed `?<input>` (or `?<param>`) in the variant dict, inputs first."""
         sp = self.structural_params
-        opt = self.optional_inputs
+        opt = self.optional_inputs + self.optional_params
         for combo in itertools.product(*(p.choices for p in sp), *([(False, True)] * len(opt))):
             v = dict(zip((p.name for p in sp), combo[:len(sp)]))
             v.update({f"?{n}": b for n, b in zip(opt, combo[len(sp):])})
@@ -189,6 +197,12 @@ class OpSpec:
         parts = [str(v).lower() if isinstance(v, bool) else str(v) for k, v in variant.items() if not k.startswith("?")]
         parts += [f"with_{k[1:]}" for k, v in variant.items() if k.startswith("?") and v]
         return "_".join(parts) or "base"
+
+    @staticmethod
+    def writes(t: Tensor, variant: dict) -> bool:
+        """Whether a variant writes an output: always, unless its `when` names an optional input that is
+        absent (`?<input>` false) or a boolean param that is false."""
+        return not t.when or bool(variant.get(f"?{t.when}", variant.get(t.when)))
 
     def resolved(self, variant: dict) -> "OpSpec":
         """The spec as one variant sees it: every output in the layout its boolean params select."""
@@ -331,6 +345,22 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
             raise doc.error(("params", name, "one_of"), "a boolean param takes only true and false")
         if choices is not None and default is not None and default not in choices:
             raise doc.error(("params", name, "default"), f"default {default!r} is not one of {list(choices)}")
+        for key in ("optional", "absent"):
+            if key in p and p.get("type") != "float":
+                raise doc.error(("params", name, key), f"`{key}` is for float params (type: float)")
+        if p.get("type") == "float" and p.get("optional"):
+            # an optional float param: None by default, and its absence is a variant of its own in which
+            # compute sees the constant `absent` (an infinite clamp folds away: no code for it)
+            if default is not None or "absent" not in p:
+                raise doc.error(("params", name), "an optional float param has no default and needs `absent:`, "
+                                                  "its value in compute when it is None")
+            if "test_values" not in p:
+                raise doc.error(("params", name), "an optional float param needs `test_values` (drawn besides None)")
+            tv = tuple(float(v) for v in p["test_values"])
+            params[name] = Param(name, p["doc"], None, None, None, "float", tv, True, float(p["absent"]))
+            continue
+        if "absent" in p:
+            raise doc.error(("params", name, "absent"), "`absent` is for optional float params (optional: true)")
         if p.get("type") == "float":
             if default is None:
                 raise doc.error(("params", name), "a float param needs a default")
@@ -373,7 +403,8 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
         shape, view = layout(base, t)
         when = []
         # `when:` names the condition an output depends on: an optional input (written only when it is
-        # given) or, as a mapping, boolean params (the layout it takes when the param is true)
+        # given), a boolean param (written only when it is true) or, as a mapping, boolean params (the
+        # layout it takes when the param is true)
         optional_when = t.get("when") if isinstance(t.get("when"), str) else None
         for param, alt in (t.get("when") if isinstance(t.get("when"), dict) else {}).items():
             path = base + ("when", param)
@@ -451,9 +482,11 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
             raise doc.error(("outputs", n, "like"), f"`like` names an input with a dtype; expected one of {list(inputs)}")
         if t.like:
             outputs[n] = t = Tensor(**{**t.__dict__, "dtypes": inputs[t.like].dtypes})
-        if t.when and (t.when not in inputs or not inputs[t.when].optional):
-            raise doc.error(("outputs", n, "when"), f"`when` names an optional input; optional inputs are "
-                                                    f"{[i for i in inputs if inputs[i].optional]}")
+        if t.when and not ((t.when in inputs and inputs[t.when].optional) or
+                           (t.when in params and params[t.when].boolean)):
+            raise doc.error(("outputs", n, "when"), f"`when` names an optional input or a boolean param; optional "
+                                                    f"inputs are {[i for i in inputs if inputs[i].optional]}, "
+                                                    f"boolean params {[p for p in params if params[p].boolean]}")
         if isinstance(t.exact, dict) and "given" in t.exact:
             for g in t.exact["given"]:
                 if g == n or d["outputs"].get(g, {}).get("dtype") != "fp32":

@@ -222,7 +222,7 @@ class _Builder:
             e = parts[-1]
             for i in range(len(parts) - 2, -1, -1):
                 e = op("select", op("eq", at, ir.Const(i, I32)), parts[i], e)
-            self.steps.append(Map(self.define(idx, targets[0], axes | {axis}, e.dtype), e))
+            self.steps.append(Map(self.define(idx, targets[0], axes | {axis}, e.dtype), ir.fold(e)))
         elif fn == "take":
             src = self.value_arg(idx, node.args[0])
             axis = self.axis_arg(idx, node.args[1])
@@ -267,8 +267,17 @@ class _Builder:
             if len(targets) != 1:
                 self.fail(idx, "an elementwise expression produces one value")
             axes = set()
-            e = self.elementwise(idx, node, axes)
-            self.steps.append(Map(self.define(idx, targets[0], axes, e.dtype), e))
+            e = ir.fold(self.elementwise(idx, node, axes))
+            v = self.define(idx, targets[0], axes, e.dtype)
+            if targets[0] not in self.spec.outputs and not axes:
+                # a value over no axes: constants and params (an absent input or optional param, folded):
+                # later uses see the expression itself
+                del self.values[targets[0]]
+                self.consts[targets[0]] = e
+            elif targets[0] not in self.spec.outputs and isinstance(e, ir.Var) and e.name in self.values:
+                self.values[targets[0]] = self.values[e.name]     # another name for a value: no copy
+            else:
+                self.steps.append(Map(v, e))
 
     def elementwise(self, idx, node, axes) -> ir.Expr:
         rec = lambda n: self.elementwise(idx, n, axes)  # noqa: E731
@@ -285,6 +294,8 @@ class _Builder:
                 return self.consts[node.id]
             p = self.spec.params.get(node.id)
             d = self.spec.dims.get(node.id)
+            if p is not None and p.optional and not self.variant.get(f"?{p.name}"):
+                return ir.c(p.absent, F32)       # an optional float param given as None
             if (p is not None and not p.structural) or (d is not None and not d.dynamic):
                 self.scalars[node.id] = "param" if p is not None else "dim"
                 return ir.Var(node.id, F32)
@@ -362,7 +373,7 @@ class _Builder:
     def finish(self):
         outputs = {}
         for name, t in self.spec.outputs.items():
-            if t.when and not self.variant.get(f"?{t.when}"):
+            if not self.spec.writes(t, self.variant):
                 continue            # not written in this variant
             if name not in self.values:
                 raise StageError(len(self.spec.stages) - 1, f"output {name!r} is never assigned")

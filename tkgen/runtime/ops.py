@@ -34,6 +34,7 @@ class ParamInfo:
     doc: str
     default: object = None
     kind: str = "int"                  # int | str | float
+    optional: bool = False             # a float param that may be None (its own variant, `with_<name>`)
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,8 @@ class OutputInfo:
     shape_fn: Callable                 # (dims, variant) -> container shape
     dtype_fn: Callable                 # (variant, {input: dtype name}) -> torch dtype name of the container
     exact: object = "bit"              # bit | {"ulp": n, "rate": r} | {"tol": {...}} | {"given": [...]}
-    when: Optional[str] = None         # written only when this optional input is given (else empty)
+    when: Optional[str] = None         # written only when this optional input is given, or this boolean
+                                       # param is true (else empty)
     accumulate: bool = False           # a sum over the rows: every block adds into it, so it starts at 0
     col_pad: Optional[Callable] = None  # variant -> None (row-major) or the row padding of a column-major layout
 
@@ -177,9 +179,11 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
 
 
 def _check_param(op, p, v, dims):
-    if p.kind == "float":
+    if p.optional and v is None:
+        pass
+    elif p.kind == "float":
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ValueError(f"{op.name}: `{p.name}` must be a number; got {v!r}")
+            raise ValueError(f"{op.name}: `{p.name}` must be a number{' or None' if p.optional else ''}; got {v!r}")
         v = float(v)
     elif p.choices is not None:
         allowed = [dims.get(c, c) if isinstance(c, str) and not p.structural else c for c in p.choices]
@@ -200,6 +204,7 @@ def variant_of(op: OpInfo, params, tensors) -> str:
     values = [str(params[p.name]).lower() if isinstance(params[p.name], bool) else str(params[p.name])
               for p in op.params if p.structural]
     values += [f"with_{i.name}" for i in op.inputs if i.optional and tensors.get(i.name) is not None]
+    values += [f"with_{p.name}" for p in op.params if p.optional and params[p.name] is not None]
     return "_".join(values) or "base"
 
 
@@ -274,10 +279,17 @@ def prepare(op: OpInfo, tensors, params, arch=None, schedule=None, out=None, dim
                    for i in op.inputs if i.dtype_arg)
     kernel, storages = kernel_for(op, arch, variant_of(op, params, tensors), statics, dtypes, schedule)
     written = [o for info, o in zip(op.outputs, kernel_buffers(op, params, tensors, outs))
-               if info.when is None or tensors[info.when] is not None]
+               if written_in(info, tensors, params)]
     views = storage_views(storages, _present(op, tensors) + written)
     empty = op.dynamic_dim is not None and dims[op.dynamic_dim] == 0
     return (lambda: None) if empty else (lambda: kernel(*views)), outs
+
+
+def written_in(info: OutputInfo, tensors, params) -> bool:
+    """Whether a call writes an output: its `when` input is given, or its `when` param is true."""
+    if info.when is None:
+        return True
+    return params[info.when] is True if info.when in params else tensors[info.when] is not None
 
 
 def storage_views(module_storages, tensors):
