@@ -133,7 +133,7 @@ def _tk_swiglu_moe(params, pos_to_token_topk, pos_to_expert):
     if pos_to_token_topk is not None or pos_to_expert is not None:
         raise NotImplementedError("TileKernels 2.1.0 takes gathered weights and a psum layout, not positions")
     rsf = params.get("routed_scaling_factor", 1.0)
-    return dict(routed_scaling_factor=None if rsf == 1.0 else rsf, clamp_value=params.get("clamp_value"))
+    return dict(routed_scaling_factor=None if rsf == 1.0 else rsf, clamp_value=params.get("clamp"))
 
 
 def tk_swiglu_forward(params, dims):
@@ -166,6 +166,27 @@ def tk_swiglu_backward(params, dims):
         fmt = "bf16" if x.dtype.itemsize == 2 else "fp32"
         return tk.quant.swiglu_backward(x, grad_out, fmt, topk_weights=weights,
                                         **_tk_swiglu_moe(params, pos_to_token_topk, pos_to_expert))
+    return run
+
+
+def tk_swiglu_backward_and_per_token_cast(params, dims):
+    tk = _tile_kernels()
+    if dims["H"] % 64:
+        raise NotImplementedError("TileKernels 2.1.0's SwiGLU backward needs H % 64 == 0")
+    scale = params["scale"]
+    kwargs = dict(round_sf=scale in ("pow2", "ue8m0"), use_packed_ue8m0=scale == "ue8m0",
+                  # TileKernels packs UE8M0 only in its column-major TMA layout
+                  use_tma_aligned_col_major_sf=params["sf_layout"] == "col" or scale == "ue8m0",
+                  clamp_value=params["clamp"], do_recompute=params["recompute"])
+    rsf = params["routed_scaling_factor"]
+
+    def run(q, sf, act_x_grad, weights=None):
+        # TileKernels takes the routed scaling factor only with weights (tkgen: rsf alone without them)
+        if weights is None and rsf != 1.0:
+            raise NotImplementedError("TileKernels applies routed_scaling_factor only with topk_weights")
+        return tk.quant.swiglu_backward_and_per_token_cast(
+            (q, sf), act_x_grad, fmt="e4m3", num_per_channels=params["group"], topk_weights=weights,
+            routed_scaling_factor=rsf if weights is not None else None, **kwargs)
     return run
 
 
@@ -207,6 +228,7 @@ ADAPTERS = {
         "swiglu_forward": tk_swiglu_forward,
         "swiglu_forward_and_per_token_cast": tk_swiglu_forward_and_per_token_cast,
         "swiglu_backward": tk_swiglu_backward,
+        "swiglu_backward_and_per_token_cast": tk_swiglu_backward_and_per_token_cast,
         "rmsnorm_forward": tk_rmsnorm_forward,
         "rmsnorm_forward_and_per_token_cast": tk_rmsnorm_forward_and_per_token_cast,
         "rmsnorm_backward": tk_rmsnorm_backward,

@@ -12,6 +12,8 @@ def test_list_and_show():
     assert r.returncode == 0 and "per_token_cast" in r.stdout and "topk_gate" in r.stdout
     r = run("show", "per_token_cast")
     assert r.returncode == 0 and "compute:" in r.stdout and "kernel_sm90.py" in r.stdout
+    r = run("show", "swiglu_backward_and_per_token_cast")     # float params, one of them optional
+    assert r.returncode == 0 and "clamp: float or None, default None" in r.stdout, r.stderr
 
 
 def test_fuzz_runs_and_replays():

@@ -40,7 +40,7 @@ def test_rows_left_untouched_must_still_hold_the_poison_and_counts_must_be_added
     gen = torch.Generator().manual_seed(0)
     tensors = {"x": torch.randn(6, 128, generator=gen),
                "pos_to_expert": torch.tensor([0, -1, 2, 1, -1, 3], dtype=torch.int32)}
-    params = {"fmt": "fp32", "clamp_value": 0.5}
+    params = {"fmt": "fp32", "clamp": 0.5}
     out = poisoned(pkg.OP, tensors, params)
     before = [o.clone() for o in out]
     outs = run(pkg.OP, tensors, params, out=out)

@@ -26,7 +26,7 @@ def test_counts_take_one_atomic_per_counter_per_block():
     import re
     for arch in ("sm90", "sm100"):
         module = importlib.import_module(f"{registry.op_package('swiglu_forward').__name__}.kernel_{arch}")
-        src = lower_source(module, module.build_fp32_with_clamp_value, (256, 1.0, 0.5, "fp32"))
+        src = lower_source(module, module.build_fp32_with_clamp, (256, 1.0, 0.5, "fp32"))
         sites = [m.start() for m in re.finditer(r"AtomicAdd\(", src)]
         assert len(sites) == 1, arch
         # the statement around it: `if (threadIdx.x / 3 == 0 ...) { AtomicAdd(&clamped_count[threadIdx.x % 3], ...) }`

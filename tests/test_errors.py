@@ -65,3 +65,14 @@ def test_unsupported_device():
 def test_unknown_op():
     with pytest.raises(AttributeError, match="no operator 'nope'"):
         ops.nope
+
+
+def test_swiglu_backward_and_per_token_cast_params():
+    q = torch.zeros(2, 256, dtype=torch.float8_e4m3fn)
+    sf, g = torch.ones(2, 2), torch.zeros(2, 128, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"`clamp` must be a number or None; got 'none'"):
+        ops.swiglu_backward_and_per_token_cast(q, sf, g, 128, clamp="none")
+    with pytest.raises(ValueError, match=r"requirement `scale != 'ue8m0' or H / group % 4 == 0`"):
+        ops.swiglu_backward_and_per_token_cast(q, sf, g, 128, scale="ue8m0")     # a word would straddle a | b
+    with pytest.raises(TypeError, match=r"`q` holds e4m3 codes and must have dtype torch.float8_e4m3fn"):
+        ops.swiglu_backward_and_per_token_cast(q.float(), sf, g, 128)

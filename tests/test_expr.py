@@ -41,3 +41,19 @@ def test_no_python_syntax_leaks_through():
     for text in ("a.b", "a[0]", "lambda: 1", "a if b else c", "x = 1"):
         with pytest.raises(E.ExprError):
             E.parse(text)
+
+
+def test_fold_keeps_only_identities_true_for_every_float():
+    from tkgen import ir
+    x, y = ir.Var("x", ir.F32), ir.Var("y", ir.F32)
+    inf = ir.c(float("inf"))
+    # an infinite clamp: x > inf and x < -inf are false for every x (NaN too), min(x, inf) and max(x, -inf) are x
+    assert ir.fold(ir.op("gt", x, inf)) == ir.Const(False, ir.BOOL)
+    assert ir.fold(ir.op("lt", x, ir.op("neg", inf))) == ir.Const(False, ir.BOOL)
+    assert ir.fold(ir.op("min", ir.op("max", x, ir.op("neg", inf)), inf)) == x
+    clamped = ir.op("select", ir.op("or", ir.op("gt", x, inf), ir.op("lt", x, ir.op("neg", inf))), ir.c(0.0), y)
+    assert ir.fold(clamped) == y
+    # nothing else changes: x * 1, x + (-0.0), x >= inf and comparisons with finite constants stay
+    for e in (ir.op("mul", x, ir.c(1.0)), ir.op("add", x, ir.c(-0.0)), ir.op("ge", x, inf), ir.op("gt", x, ir.c(0.5)),
+              ir.op("min", x, ir.c(0.5))):
+        assert ir.fold(e) == e

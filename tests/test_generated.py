@@ -19,6 +19,15 @@ def test_generated_is_in_sync_with_specs():
     assert r.returncode == 0, r.stderr
 
 
+def test_generating_does_not_import_torch():
+    """Generation is text from specs: without torch it takes a second, not four (CI runs it often)."""
+    code = ("import sys; from tkgen.generate import render_all; from tkgen import registry; "
+            "from tkgen.model import load_catalog; render_all(load_catalog(registry.specs_dir())); "
+            "print('torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "False", r.stdout + r.stderr
+
+
 def test_rendering_is_deterministic(catalog):
     a = render_all(catalog)
     b = render_all(load_catalog(registry.specs_dir()))

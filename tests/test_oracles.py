@@ -5,7 +5,7 @@ Oracles are written here by hand, per operator, on purpose: they must not share 
 import importlib
 
 import torch
-from hypothesis import given
+from hypothesis import assume, given, settings
 
 from tkgen import registry
 from tkgen.testing.check import reference_outputs
@@ -248,4 +248,115 @@ def test_batched_transpose_reference_is_a_bitwise_transpose():
         x = build_inputs(case)["x"]
         (out,) = reference_outputs(pkg.OP, pkg, {"x": x}, {})
         assert same_bits(out, x.transpose(1, 2).contiguous())
+    prop()
+
+
+def test_swiglu_per_channel_cast_is_the_swiglu_then_the_channel_cast():
+    """The fused reference against its two halves computed apart: torch's SwiGLU in float32 (libm's exp,
+    as the kernels call it), rounded to the input dtype by torch, then the per-channel cast oracle."""
+    from tkgen.runtime import libm
+    pkg = registry.op_package("swiglu_forward_and_per_channel_cast_and_transpose")
+
+    @given(_cases("swiglu_forward_and_per_channel_cast_and_transpose"))
+    def prop(case):
+        x = build_inputs(case)["x"]
+        p = case["params"]
+        q, sf = reference_outputs(pkg.OP, pkg, {"x": x}, p)
+        a, b = x.float().chunk(2, dim=1)
+        act = (a / (1 + libm.expf(-a)) * b).to(x.dtype)
+        assume(bool(torch.isfinite(act).all()))   # an overflowing SwiGLU: the property tests hold kernels to it
+        osf, inv = oracle_block_scales(act, p["group_tokens"], 1, p["scale"])
+        oq = _cast(act.float() * inv.repeat_interleave(p["group_tokens"], 0)[:x.shape[0]])
+        assert same_bits(q, oq.T.contiguous() if p["transpose"] else oq)
+        assert same_bits(sf, _ue8m0_words(osf) if p["scale"] == "ue8m0" else osf)
+
+
+def oracle_swiglu_backward(a, b, g, weights, rsf, clamp):
+    """Float64 autograd of sum(g * swiglu(a, b) * w) over the forward's definition: a clamped from above
+    and b on both sides (torch's clamp passes the gradient where the bound is not exceeded, as the spec's
+    strict flags do), act = silu(a) * b, w = weights * rsf. Returns (d/da, d/db, d/dweights, act * w)."""
+    a, b = a.double().requires_grad_(), b.double().requires_grad_()
+    w = (torch.ones(a.shape[0], dtype=torch.float64) if weights is None else weights.double()).requires_grad_()
+    ac, bc = (a, b) if clamp is None else (a.clamp(max=clamp), b.clamp(-clamp, clamp))
+    y = torch.nn.functional.silu(ac) * bc * (w * rsf)[:, None]
+    (y * g.double()).sum().backward()
+    return a.grad, b.grad, w.grad, y.detach()
+
+
+def test_swiglu_backward_and_per_token_cast_reference_vs_float64_autograd():
+    """The reference's outputs against float64 autograd, within bounds that follow from its float32
+    evaluation and its final roundings (inputs in the range where float32 neither overflows nor loses
+    exp(-a) to infinity; the property tests hold the kernels to the reference at the extremes):
+    - x_grad, act_out: bf16 rounding (2^-9 relative, 2^-8 stated) plus 2^-16 of the magnitudes of the
+      terms (float32 errors are a few ulp of them, 32 at most through 1 - s);
+    - scales: from the largest |dx| of the group within that error, amax / 448 (fp32) or the power of
+      two that holds it (pow2, ue8m0); codes: decode(q) * sf within half an e4m3 step of dx (2^-4
+      relative, or 2^-10 * sf among subnormals) plus twice the error of dx;
+    - weight_grad: a float32 sum of H terms, within (H + 8) * 2^-24 of the sum of their magnitudes."""
+    pkg = registry.op_package("swiglu_backward_and_per_token_cast")
+
+    @settings(max_examples=20)
+    @given(_cases("swiglu_backward_and_per_token_cast"))
+    def prop(case):
+        d, p, r = case["dims"], case["params"], case["inputs"]
+        T, H, group = d["T"], d["H"], p["group"]
+        gen = torch.Generator().manual_seed(r["q"]["seed"])
+        x = torch.randn(T, 2 * H, generator=gen) * 3 * 2.0 ** int(torch.randint(-8, 3, (), generator=gen))
+        xg = x.reshape(T, 2 * H // group, group)
+        sf = xg.abs().amax(-1).clamp(min=1e-4) / 448
+        q = (xg / sf[..., None]).clamp(-448, 448).to(torch.float8_e4m3fn).reshape(T, 2 * H)
+        g_dtype = torch.bfloat16 if r["act_x_grad"]["dtype"] == "bf16" else torch.float32
+        g = (torch.randn(T, H, generator=gen) * 2.0 ** int(torch.randint(-12, 13, (), generator=gen))).to(g_dtype)
+        weights = None if r["weights"] is None else torch.rand(T, generator=gen)
+        rsf, clamp = p["routed_scaling_factor"], p["clamp"]
+        tensors = {"q": q, "sf": sf.reshape(T, 2 * H // group), "act_x_grad": g, "weights": weights}
+        x_grad, q_out, sf_out, weight_grad, act_out = reference_outputs(pkg.OP, pkg, tensors, p)
+
+        # the input as the spec defines it: each code times its scale in float32, then exact in float64
+        xa = (q.float().reshape(T, 2 * H // group, group) * sf[..., None]).reshape(T, 2 * H)
+        a, b = xa[:, :H], xa[:, H:]
+        da, db, dw, y = oracle_swiglu_backward(a, b, g, weights, rsf, clamp)
+        dx = torch.cat([da, db], 1)
+        w64 = (torch.ones(T, dtype=torch.float64) if weights is None else weights.double()) * rsf
+        ac = a.double() if clamp is None else a.double().clamp(max=clamp)
+        bc = b.double() if clamp is None else b.double().clamp(-clamp, clamp)
+        terms = (g.double() * w64[:, None]).abs() * (bc.abs() * (1 + ac.abs()) + ac.abs())
+        err = torch.cat([terms, terms], 1) * 2.0 ** -16 + 2.0 ** -126
+        assert bool(((x_grad.double() - dx).abs() <= 2.0 ** -8 * dx.abs() + err).all())
+
+        act = ac * torch.sigmoid(ac) * bc
+        if p["recompute"]:
+            bound = 2.0 ** -8 * y.abs() + 2.0 ** -16 * (ac * bc * w64[:, None]).abs() + 2.0 ** -126
+            assert bool(((act_out.double() - y).abs() <= bound).all())
+            # and it is the forward op's output, bit for bit, on the clamped float32 input and weight
+            fwd = registry.op_package("swiglu_forward")
+            xc = xa if clamp is None else torch.cat([a.clamp(max=clamp), b.clamp(-clamp, clamp)], 1)
+            wf = (torch.ones(T) if weights is None else weights) * torch.tensor(rsf, dtype=torch.float32)
+            (out,) = reference_outputs(fwd.OP, fwd, {"x": xc, "weights": wf}, {"fmt": "bf16"})
+            assert same_bits(act_out, out)
+        else:
+            assert act_out.numel() == 0
+        if weights is None:
+            assert weight_grad.numel() == 0
+        else:
+            s = (g.double() * act).abs().sum(1) * rsf
+            assert bool(((weight_grad.double() - dw).abs() <= (H + 8) * 2.0 ** -24 * s + 2.0 ** -16 * s + 2.0 ** -126).all())
+
+        G = 2 * H // group
+        dxg, errg = dx.reshape(T, G, group), err.reshape(T, G, group)
+        amax = dxg.abs().amax(-1).clamp(min=torch.tensor(1e-4, dtype=torch.float32).item())
+        aerr = errg.amax(-1)
+        sf_got = sf_out.contiguous()
+        if p["scale"] == "ue8m0":
+            by = sf_got.view(torch.uint8).reshape(T, 4 * sf_got.shape[1])[:, :G].to(torch.int64)
+            sf_got = torch.exp2(by.double() - 127)
+        sf_got = sf_got.double().reshape(T, G)
+        if p["scale"] == "fp32":
+            assert bool(((sf_got - amax / 448).abs() <= (aerr + 2.0 ** -22 * amax) / 448).all())
+        else:   # the power of two that holds amax / 448
+            assert bool(((amax - aerr) / 448 <= sf_got * (1 + 2.0 ** -22)).all())
+            assert bool((sf_got / 2 < (amax + aerr) / 448 * (1 + 2.0 ** -22)).all())
+        deq = q_out.double().reshape(T, G, group) * sf_got[..., None]
+        bound = 2.0 ** -4 * dxg.abs() * (1 + 2.0 ** -20) + 2.0 ** -10 * sf_got[..., None] + 2 * errg
+        assert bool(((deq - dxg).abs() <= bound).all())
     prop()

@@ -103,22 +103,33 @@ def test_copies_go_to_like_outputs(tmp_path):
     assert "copied elements" in e.message
 
 
+def test_when_names_an_optional_input_or_a_boolean_param(tmp_path):
+    e = _check(tmp_path, GOOD.replace("sf: {scale_format: scale,", "sf: {scale_format: scale, when: scale,"))
+    assert e.field_path == ("outputs", "sf", "when") and "boolean param" in e.message
+
+
+def test_optional_float_params_need_an_absent_value(tmp_path):
+    text = GOOD.replace("params:\n", "params:\n  c: {type: float, optional: true, test_values: [0.5], doc: a clamp}\n")
+    e = _check(tmp_path, text)
+    assert e.field_path == ("params", "c") and "absent" in e.message
+    e = _check(tmp_path, GOOD.replace("default: 128, doc:", "default: 128, absent: 1, doc:"))
+    assert e.field_path == ("params", "group", "absent") and "float" in e.message
+
+
 SWIGLU = (registry.specs_dir() / "fused" / "swiglu_forward.yaml").read_text()
 
 
 def test_errors_of_the_row_features(tmp_path):
     """keep_rows first, counts over the rows, `at:` positions in an integer input, runtime sizes only for
-    tensors addressed at positions, optional params only for floats."""
+    tensors addressed at positions, one of view and at."""
     first = "  - keep = keep_rows(load(pos_to_expert) >= 0 and load(pos_to_token_topk) >= 0)\n"
     e = _check(tmp_path, SWIGLU.replace(first, "").replace("  - xf = load(x)\n", "  - xf = load(x)\n" + first))
     assert "first statement" in e.message
-    e = _check(tmp_path, SWIGLU.replace("count(b0 < -clamp_value)", "count(load(weights) > 0)"))
+    e = _check(tmp_path, SWIGLU.replace("count(b0 < -clamp)", "count(load(weights) > 0)"))
     assert "vary over the rows" in e.message
     e = _check(tmp_path, SWIGLU.replace("at: pos_to_token_topk", "at: weights"))
     assert e.field_path == ("inputs", "topk_weights", "at") and "integer" in e.message
     e = _check(tmp_path, SWIGLU.replace("shape: [T], view: [t], optional: true, absent: 1.0", "shape: [T_tok], view: [t], optional: true, absent: 1.0"))
     assert "runtime size besides the rows" in e.message
-    e = _check(tmp_path, SWIGLU.replace("fmt: {one_of: [bf16, fp32], default: bf16,", "fmt: {one_of: [bf16, fp32], default: bf16, optional: true,"))
-    assert "only float params can be optional" in e.message
     e = _check(tmp_path, SWIGLU.replace("at: pos_to_token_topk,", "at: pos_to_token_topk, view: [t],"))
     assert "exactly one of the fields view, at" in e.message

@@ -42,7 +42,7 @@ def test_forward_gathers_weights_skips_padding_and_counts_the_clamp(clamp):
     want, counts = swiglu64(x[keep], w[keep], clamp)
     pkg = registry.op_package("swiglu_forward")
     tensors = {"x": x, "pos_to_token_topk": pos, "topk_weights": topk, "pos_to_expert": expert}
-    params = {"fmt": "fp32", "routed_scaling_factor": 2.5, "clamp_value": clamp}
+    params = {"fmt": "fp32", "routed_scaling_factor": 2.5, "clamp": clamp}
     out = allocate(pkg.OP, tensors, params)
     out[0].fill_(SENTINEL)
     out[1].fill_(1000)                          # the caller's accumulator: counts are added into it
@@ -54,18 +54,18 @@ def test_forward_gathers_weights_skips_padding_and_counts_the_clamp(clamp):
     else:
         assert got_counts.tolist() == [1000 + c for c in counts]
         # the op itself returns fresh counts
-        assert ops.swiglu_forward(x, fmt="fp32", clamp_value=clamp, **{k: v for k, v in tensors.items() if k != "x"})[1].tolist() == counts
+        assert ops.swiglu_forward(x, fmt="fp32", clamp=clamp, **{k: v for k, v in tensors.items() if k != "x"})[1].tolist() == counts
 
 
 def test_forward_cast_equals_the_cast_of_the_forward_on_rows_written():
     x, topk, pos, expert = routed(H=256, seed=1)
     keep = (expert >= 0) & (pos >= 0)
     opts = dict(pos_to_token_topk=pos, topk_weights=topk, pos_to_expert=expert, routed_scaling_factor=2.5,
-                clamp_value=10.0)
+                clamp=10.0)
     y, counts = ops.swiglu_forward(x, fmt="fp32", **opts)
     pkg = registry.op_package("swiglu_forward_and_per_token_cast")
     tensors = {"x": x, "pos_to_token_topk": pos, "topk_weights": topk, "pos_to_expert": expert}
-    params = {"group": 128, "scale": "ue8m0", "routed_scaling_factor": 2.5, "clamp_value": 10.0}
+    params = {"group": 128, "scale": "ue8m0", "routed_scaling_factor": 2.5, "clamp": 10.0}
     out = allocate(pkg.OP, tensors, params)
     for o in out[:2]:
         o.view(torch.uint8).fill_(0xA5)
@@ -108,7 +108,7 @@ def test_gradients_with_every_option_match_float64_autograd(clamp):
 
     def swiglu(x, wr, tw):
         return F.swiglu(x, weights=wr, pos_to_token_topk=pos, topk_weights=tw, pos_to_expert=expert, fmt="fp32",
-                        routed_scaling_factor=2.5, clamp_value=clamp)
+                        routed_scaling_factor=2.5, clamp=clamp)
 
     def oracle(x, wr, tw):
         a, b = x.chunk(2, dim=-1)
@@ -128,7 +128,7 @@ def test_options_under_torch_compile():
     """Fake shapes of every new output (counts, gradients added at positions) under torch.compile."""
     from tkgen.nn import SwiGLU
     x, topk, pos, expert = routed(T=9, seed=6)
-    act = SwiGLU(routed_scaling_factor=2.5, clamp_value=0.5)
+    act = SwiGLU(routed_scaling_factor=2.5, clamp=0.5)
 
     def step(x, topk):
         return act(x, pos_to_token_topk=pos, topk_weights=topk, pos_to_expert=expert).float().square().sum()

@@ -42,6 +42,8 @@ def _source(spec, text, saved, path, err):
         i = list(spec.outputs).index(name)
         t = spec.outputs[name]
         grad = f"_contiguous(grads[{i}])"
+        if t.when in spec.params:          # written only when a boolean param is true (an optional one is given)
+            return f"({grad} if {t.when}{' is not None' if spec.params[t.when].optional else ''} else None)"
         return f"(None if {t.when} is None else {grad})" if t.when else grad
     if isinstance(node, E.Name) and node.id in spec.tensors:
         if node.id not in saved:

@@ -36,9 +36,12 @@ def cmd_show(args):
     print("  " + " ".join(spec.doc.split()))
     print("params:")
     for p in spec.params.values():
-        allowed = (list(p.choices) if p.choices else f"[{', '.join(py_expr(r) for r in p.range)}]" if p.range
-                   else "a float or None" if p.optional else "a float")
-        print(f"  {p.name}: {allowed}, default {p.default!r} — {p.doc}")
+        if p.kind == "float":
+            allowed = "float or None" if p.optional else "float"
+        else:
+            allowed = list(p.choices) if p.choices else f"[{', '.join(py_expr(r) for r in p.range)}]"
+        default = "required" if p.default is None and not p.optional else f"default {p.default!r}"
+        print(f"  {p.name}: {allowed}, {default} — {p.doc}")
     print("dims:")
     for d in spec.dims.values():
         rules = "; ".join(t for t, _ in d.require)

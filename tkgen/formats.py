@@ -14,6 +14,9 @@ from . import ir
 from .ir import F32, U32, Builder, Function, Var, c, op, u32
 
 INT_DTYPES = {"int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "int64": 8}
+# bytes per element of every dtype name a tensor may be held in (the generator runs without torch)
+ITEMSIZE = {**INT_DTYPES, "fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "e4m3": 1, "float8_e4m3fn": 1,
+            "float8_e5m2": 1}
 ROUNDINGS = ("nearest_even", "truncate_carry")
 
 

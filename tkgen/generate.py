@@ -109,7 +109,7 @@ def op_module(catalog, spec, header):
             v = spec.variant_name(variant)
             t = spec.resolved(variant).outputs[name]
             dims = [_d(s) for s in t.shape]
-            if t.when and not variant[f"?{t.when}"]:
+            if not spec.writes(t, variant):
                 dims = ["0"]            # not written in this variant: an empty tensor
             if t.scale_ref or t.format_ref:
                 codes, elems = codec(catalog, spec, t, variant)["packet"]
@@ -131,8 +131,8 @@ def op_module(catalog, spec, header):
     requires = [(text, _d(node)) for d in spec.dims.values() for text, node in d.require]
     factory_args = tuple([d.name for d in spec.dims.values() if not d.dynamic] + [p.name for p in spec.static_params])
     custom_args = [f"{n}: {'Optional[torch.Tensor]' if t.optional else 'torch.Tensor'}" for n, t in spec.inputs.items()] + \
-                  [f"{p.name}: {'Optional[float]' if p.optional else 'bool' if p.boolean else 'str' if p.structural else p.kind}"
-                   for p in spec.params.values()]
+                  [f"{p.name}: " + (f"Optional[{p.kind}]" if p.optional else 'bool' if p.boolean else 'str' if p.structural
+                                    else p.kind) for p in spec.params.values()]
     plain_args = list(spec.inputs) + list(spec.params)
     required = [n for n, t in spec.inputs.items() if not t.optional]
     optional = [f"{n}=None" for n, t in spec.inputs.items() if t.optional]
@@ -184,6 +184,13 @@ def codec_table(catalog, spec, t):
     return f"lambda v: {table!r}[v]"
 
 
+def _sentence(text) -> str:
+    """A tensor's `doc` appended to its docstring line as written, ending with a full stop (nothing
+    without one)."""
+    text = " ".join(text.split())
+    return f" {text.rstrip('.')}." if text else ""
+
+
 def docstring(catalog, spec) -> str:
     lines = [" ".join(spec.doc.split()), "", "Args:"]
     for t in spec.inputs.values():
@@ -197,19 +204,23 @@ def docstring(catalog, spec) -> str:
                 f"packed bytes)" if t.format_ref else f"scales of scale format `{t.scale_ref}`" if t.scale_ref
                 else " or ".join(t.dtypes))
         at = f", read at the flat positions in `{t.at}` (0 outside [0, numel))" if t.at else ""
-        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {kind}{at}, contiguous, cpu or cuda.{opt}")
+        doc = _sentence(t.doc)
+        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {kind}{at}, contiguous, cpu or cuda.{doc}{opt}")
     for p in spec.params.values():
         allowed = ("a number or None" if p.optional else "a number" if p.kind == "float" else
                    ", ".join(map(str, p.choices)) if p.choices else
                    f"an integer in [{', '.join(py_expr(r, tl=False) for r in p.range)}]")
-        lines.append(f"    {p.name}: {p.doc} ({allowed}; default {p.default!r}).")
+        default = "required" if p.default is None and not p.optional else f"default {p.default!r}"
+        lines.append(f"    {p.name}: {p.doc} ({allowed}; {default}).")
     lines += ["", "Returns:"]
     for t in spec.outputs.values():
         kind = (f"format `{t.format_ref}`" if t.format_ref else f"scale format `{t.scale_ref}`" if t.scale_ref
                 else f"the dtype of `{t.like}`" if t.like else t.dtypes[0])
-        when = f" Empty unless `{t.when}` is given." if t.when else ""
+        when = "" if not t.when else (f" Empty unless `{t.when}` is true." if t.when in spec.params and
+                                      spec.params[t.when].boolean else f" Empty unless `{t.when}` is given.")
         at = f" Added into (from zeros) at the flat positions in `{t.at}`." if t.at else ""
-        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{at}{when}")
+        doc = _sentence(t.doc)
+        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{doc}{at}{when}")
     lines.append("")
     lines.append(f"Generated from {_rel(catalog, spec.path)}.")
     return "\n    ".join(line.replace('"""', "'''") for line in lines)
@@ -227,7 +238,7 @@ def strategies_module(catalog, spec, header):
     for p in spec.params.values():
         if p.kind == "float":
             steps.append(dict(kind="choices", name=p.name,
-                              options=["None"] * p.optional + [repr(v) for v in p.test_values]))
+                              options=(["None"] if p.optional else []) + [repr(v) for v in p.test_values]))
         elif p.choices is not None:
             steps.append(dict(kind="choices", name=p.name,
                               options=[f'd["{c}"]' if isinstance(c, str) and c in spec.dims else repr(c) for c in p.choices]))
@@ -247,6 +258,7 @@ def strategies_module(catalog, spec, header):
     return render("strategies.py.j2", header=header.replace('"', "'"), op=spec.name, steps=steps, requires=requires,
                   inputs=inputs, max_rows=spec.tests.get("max_rows", 40), examples=spec.tests.get("examples", 100), dim_names=list(spec.dims),
                   structural=repr(tuple(p.name for p in spec.structural_params)),
+                  boolean=any(p.boolean for p in spec.structural_params),
                   param_names=list(spec.params))
 
 

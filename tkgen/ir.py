@@ -111,44 +111,49 @@ def op(name: str, *args: Expr) -> Op:
 
 
 _INF = float("inf")
-_FOLD = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
-         "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b, "and": lambda a, b: a and b, "or": lambda a, b: a or b}
+_COMPARE = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+            "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
 
 
-def _is(e, value):
-    return isinstance(e, Const) and e.value == value
+def _is(e: Expr, value) -> bool:
+    return isinstance(e, Const) and e.value == value and (e.dtype == BOOL) == isinstance(value, bool)
 
 
 def fold(e: Expr) -> Expr:
-    """An operation simplified where its result is known exactly: comparisons, logic and negation of
-    constants, selects on a constant condition, and the identities of infinite bounds (min(x, +inf) = x,
-    max(x, -inf) = x, x > +inf and x < -inf are false). These hold for every input, NaN aside in min/max,
-    whose NaN behaviour differs between targets anyway (docs/numerics.md). An absent optional value (an
-    input's or a param's `absent`) then costs nothing in the kernel."""
+    """Simplify the identities that hold for every operand, NaN included, bottom up: -(constant); a
+    comparison that no float passes (x > +inf, x < -inf) or of two constants; min(x, +inf) and
+    max(x, -inf) as x; and logic and selects on constant conditions. Nothing else changes, so the float32
+    operations that remain are exactly those written. (What an absent optional param, such as an infinite clamp, leaves behind.)"""
     if not isinstance(e, Op):
         return e
-    a, o = e.args, e.op
-    if all(isinstance(x, Const) for x in a):
-        if o == "neg":
-            return Const(-a[0].value, e.dtype)
-        if o == "not":
-            return Const(int(not a[0].value), BOOL)
-        if o in _FOLD:
-            return Const(int(bool(_FOLD[o](a[0].value, a[1].value))), BOOL)
-    if o == "select" and isinstance(a[0], Const):
-        return a[1] if a[0].value else a[2]
-    if o in ("and", "or"):
-        for x, y in ((a[0], a[1]), (a[1], a[0])):
-            if isinstance(x, Const):
-                return y if bool(x.value) == (o == "and") else x
+    args = tuple(fold(a) for a in e.args)
+    o = e.op
+    if o == "neg" and isinstance(args[0], Const) and args[0].dtype == F32:
+        return Const(-args[0].value, F32)
+    if o == "gt" and (_is(args[1], _INF) or _is(args[0], -_INF)):
+        return Const(False, BOOL)
+    if o == "lt" and (_is(args[1], -_INF) or _is(args[0], _INF)):
+        return Const(False, BOOL)
     if o in ("min", "max"):
-        bound = _INF if o == "min" else -_INF
-        for x, y in ((a[0], a[1]), (a[1], a[0])):
-            if _is(x, bound):
-                return y
-    if (o == "gt" and (_is(a[1], _INF) or _is(a[0], -_INF))) or (o == "lt" and (_is(a[1], -_INF) or _is(a[0], _INF))):
-        return Const(0, BOOL)
-    return e
+        neutral = _INF if o == "min" else -_INF
+        if _is(args[1], neutral):
+            return args[0]
+        if _is(args[0], neutral):
+            return args[1]
+    if o in ("and", "or"):
+        absorbing = o == "or"          # True absorbs `or`, False absorbs `and`; the other one is neutral
+        for a, b in ((args[0], args[1]), (args[1], args[0])):
+            if _is(a, absorbing):
+                return Const(absorbing, BOOL)
+            if _is(a, not absorbing):
+                return b
+    if o == "not" and isinstance(args[0], Const):
+        return Const(not args[0].value, BOOL)
+    if o in COMPARE and all(isinstance(a, Const) for a in args):    # `0 >= 0` of an absent int input
+        return Const(bool(_COMPARE[o](args[0].value, args[1].value)), BOOL)
+    if o == "select" and isinstance(args[0], Const):
+        return args[1] if args[0].value else args[2]
+    return Op(o, args, e.dtype)
 
 
 def children(e: Expr):

@@ -563,22 +563,23 @@ class _KernelLowering(RowFeatures):
         kind, fmt = kf
         pk = self.packing(t)
         if pk:
-            code = self.unpack_src(tname, t, pk)
+            code = self.unpack_src(tname, t, pk, fixed)
         elif fmt.store == "float":
-            return f"{tname}[{self.tensor_index(t)}]"
+            return f"{tname}[{self.tensor_index(t, fixed)}]"
         else:
-            code = f'T.cast({tname}[{self.tensor_index(t)}], "uint32")'
+            code = f'T.cast({tname}[{self.tensor_index(t, fixed)}], "uint32")'
         if kind == "element":
             self.helpers.add(f"decode_{fmt.name}")
             return (code, f"decode_{fmt.name}") if pk else f"decode_{fmt.name}({code})"
         return f'T.reinterpret(({code}) << T.uint32(23), "float32")'     # a UE8M0 byte: 2^(byte - 127)
 
-    def unpack_src(self, tname, t, pk):
+    def unpack_src(self, tname, t, pk, fixed=()):
         """Source of the u32 code of the current element of a packed input. Its bit offset in the packet
         is linear in its index j within the packet; the code is read from the word holding its lowest bit
         and, where it crosses into the next word, that word too (a 64-bit window). Two loads and a few
         integer operations, rather than a select over the packet's codes, which TVM lowers slowly."""
-        parts = [self.group_index(g) for g in t.view]
+        at = {a: str(i) for a, i in fixed}
+        parts = [self.group_index(g, at) for g in t.view]
         e, n, wb, width = parts[-1], pk.codes, pk.word_bits, pk.width
 
         def word(k):

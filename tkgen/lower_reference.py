@@ -295,9 +295,9 @@ def col_pad(catalog, spec, t, variant):
     lay = catalog.resolve_format(spec, t.layout_ref, variant, "layout")
     if lay.order != "col_major":
         return None
-    from .runtime.ops import TORCH_DTYPES
+    from .formats import ITEMSIZE
     from .generate import output_dtype
-    return lay.pad_elems(TORCH_DTYPES[output_dtype(catalog, spec, t, variant)].itemsize)
+    return lay.pad_elems(ITEMSIZE[output_dtype(catalog, spec, t, variant)])
 
 
 def lower_reference(spec, program, variant, catalog, name):

@@ -79,7 +79,8 @@ class Tensor:
     optional: bool = False                   # inputs: may be None; each presence compiles its own kernel
     absent: Optional[float] = None           # inputs: the value `load` gives when the input is None
     like: Optional[str] = None               # same element type as this input (its dtype at the call)
-    when: Optional[str] = None               # outputs: written only when this optional input (or param) is given
+    when: Optional[str] = None               # outputs: written only when this optional input or optional
+                                             # param is given, or this boolean param is true
     at: Optional[str] = None                 # an integer input holding flat positions in this tensor (no view)
 
     @property
@@ -185,9 +186,12 @@ class OpSpec:
         return [p.name for p in self.params.values() if p.optional]
 
     def variants(self):
-        """Every combination of structural params and of the presence of optional inputs and params: one
-        kernel factory each. Presence is keyed `?<name>` in the variant dict. An input read `at:` the
-        positions of another is given together with it, so the combinations where one is missing are left out."""
+        """Every combination of structural params and the presence of optional inputs and optional params:
+        one kernel factory each.
+
+        Presence is keyed `?<input>` (or `?<param>`) in the variant dict, inputs first. An input read `at:`
+        the positions of another is given together with it: the combinations where one is missing are left
+        out."""
         sp = self.structural_params
         opt = self.optional_inputs + self.optional_params
         for combo in itertools.product(*(p.choices for p in sp), *([(False, True)] * len(opt))):
@@ -202,6 +206,12 @@ class OpSpec:
         parts = [str(v).lower() if isinstance(v, bool) else str(v) for k, v in variant.items() if not k.startswith("?")]
         parts += [f"with_{k[1:]}" for k, v in variant.items() if k.startswith("?") and v]
         return "_".join(parts) or "base"
+
+    @staticmethod
+    def writes(t: Tensor, variant: dict) -> bool:
+        """Whether a variant writes an output: always, unless its `when` names an optional input or param
+        that is absent (`?<name>` false) or a boolean param that is false."""
+        return not t.when or bool(variant.get(f"?{t.when}", variant.get(t.when)))
 
     def resolved(self, variant: dict) -> "OpSpec":
         """The spec as one variant sees it: every output in the layout its boolean params select."""
@@ -376,18 +386,27 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
             raise doc.error(("params", name, "one_of"), "a boolean param takes only true and false")
         if choices is not None and default is not None and default not in choices:
             raise doc.error(("params", name, "default"), f"default {default!r} is not one of {list(choices)}")
-        optional = bool(p.get("optional", False))
-        if (optional or "absent" in p) and p.get("type") != "float":
-            raise doc.error(("params", name, "optional" if optional else "absent"), "only float params can be optional")
+        for key in ("optional", "absent"):
+            if key in p and p.get("type") != "float":
+                raise doc.error(("params", name, key), f"`{key}` is for float params (type: float)")
+        if p.get("type") == "float" and p.get("optional"):
+            # an optional float param: None by default, and its absence is a variant of its own in which
+            # compute sees the constant `absent` (an infinite clamp folds away: no code for it)
+            if default is not None or "absent" not in p:
+                raise doc.error(("params", name), "an optional float param has no default and needs `absent:`, "
+                                                  "its value in compute when it is None")
+            if "test_values" not in p:
+                raise doc.error(("params", name), "an optional float param needs `test_values` (drawn besides None)")
+            tv = tuple(float(v) for v in p["test_values"])
+            params[name] = Param(name, p["doc"], None, None, None, "float", tv, True, float(p["absent"]))
+            continue
+        if "absent" in p:
+            raise doc.error(("params", name, "absent"), "`absent` is for optional float params (optional: true)")
         if p.get("type") == "float":
-            if optional == (default is not None):
-                raise doc.error(("params", name), "a float param needs a default, or `optional: true` "
-                                                  "(None, the default, means not given)")
-            if optional and "absent" not in p:
-                raise doc.error(("params", name, "optional"), "an optional param needs `absent:`, its value in compute when None")
+            if default is None:
+                raise doc.error(("params", name), "a float param needs a default")
             tv = tuple(float(v) for v in p.get("test_values", [default]))
-            params[name] = Param(name, p["doc"], None, None, None if optional else float(default), "float", tv,
-                                 optional, float(p["absent"]) if optional else None)
+            params[name] = Param(name, p["doc"], None, None, float(default), "float", tv)
             continue
         params[name] = Param(name, p["doc"], choices, rng, default)
     dims = {}
@@ -428,7 +447,8 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
                                                      "size a tensor addressed `at:` positions")
         when = []
         # `when:` names the condition an output depends on: an optional input (written only when it is
-        # given) or, as a mapping, boolean params (the layout it takes when the param is true)
+        # given), a boolean param (written only when it is true) or, as a mapping, boolean params (the
+        # layout it takes when the param is true)
         optional_when = t.get("when") if isinstance(t.get("when"), str) else None
         for param, alt in (t.get("when") if isinstance(t.get("when"), dict) else {}).items():
             path = base + ("when", param)
@@ -520,9 +540,11 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
             raise doc.error(("outputs", n, "like"), f"`like` names an input with a dtype; expected one of {list(inputs)}")
         if t.like:
             outputs[n] = t = Tensor(**{**t.__dict__, "dtypes": inputs[t.like].dtypes})
-        optional_names = [i for i in inputs if inputs[i].optional] + [p for p in params if params[p].optional]
-        if t.when and t.when not in optional_names:
-            raise doc.error(("outputs", n, "when"), f"`when` names an optional input or param; they are {optional_names}")
+        if t.when and not ((t.when in inputs and inputs[t.when].optional) or
+                           (t.when in params and (params[t.when].boolean or params[t.when].optional))):
+            raise doc.error(("outputs", n, "when"), f"`when` names an optional input, an optional param or a boolean "
+                                                    f"param; optional inputs are {[i for i in inputs if inputs[i].optional]}, "
+                                                    f"params {[p for p in params if params[p].boolean or params[p].optional]}")
         if isinstance(t.exact, dict) and "given" in t.exact:
             for g in t.exact["given"]:
                 if g == n or d["outputs"].get(g, {}).get("dtype") != "fp32":

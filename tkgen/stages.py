@@ -165,7 +165,6 @@ class _Builder:
         self.steps: List[object] = []
         self.whole = set()
         self.consts: Dict[str, ir.Expr] = {}     # values that vary over no axis (absent inputs, params): their expression
-        self.aliases: Dict[str, Value] = {}      # values that are another one (`a = min(a0, c)` without a clamp)
         self.scalars: Dict[str, str] = {}
         self.rounds = set()
         self.keep = None
@@ -189,14 +188,12 @@ class _Builder:
         return node.id
 
     def value_arg(self, idx, node):
-        if isinstance(node, E.Name) and node.id in self.aliases:
-            return self.aliases[node.id]
         if not isinstance(node, E.Name) or node.id not in self.values:
             self.fail(idx, f"expected a value computed by an earlier stage, found {E.to_source(node)!r}")
         return self.values[node.id]
 
     def define(self, idx, name, axes, dtype):
-        if name in self.values or name in self.spec.inputs or name in self.consts or name in self.aliases:
+        if name in self.values or name in self.spec.inputs or name in self.consts:
             self.fail(idx, f"{name!r} is assigned twice")
         if name in self.spec.params or name in self.spec.dims or name in self.spec.axes:
             self.fail(idx, f"{name!r} names a param, dim or axis; choose another name for the value")
@@ -237,8 +234,8 @@ class _Builder:
         elif fn == "keep_rows":
             self.keep_rows(idx, targets[0], node.args[0])
         elif fn == "count":
-            axes = set()
-            cond = self.elementwise(idx, node.args[0], axes)
+            axes = set()         # those of the condition as written: folded to a constant, it counts 0 there
+            cond = ir.fold(self.elementwise(idx, node.args[0], axes))
             if cond.dtype != ir.BOOL:
                 self.fail(idx, "count(c) counts where a condition holds: c must be a comparison")
             if next(iter(self.spec.axes)) not in axes:
@@ -264,7 +261,7 @@ class _Builder:
             e = parts[-1]
             for i in range(len(parts) - 2, -1, -1):
                 e = op("select", op("eq", at, ir.Const(i, I32)), parts[i], e)
-            self.steps.append(Map(self.define(idx, targets[0], axes | {axis}, e.dtype), e))
+            self.steps.append(Map(self.define(idx, targets[0], axes | {axis}, e.dtype), ir.fold(e)))
             if all(counted):
                 self.counts.add(targets[0])
         elif fn == "take":
@@ -310,18 +307,18 @@ class _Builder:
         else:
             if len(targets) != 1:
                 self.fail(idx, "an elementwise expression produces one value")
-            e = self.elementwise(idx, node, set())
+            e = ir.fold(self.elementwise(idx, node, set()))
             axes = self.axes_of(e)          # after folding: `a0 > inf or pad` may not vary at all
             v = self.define(idx, targets[0], axes, e.dtype)
-            if v.name not in self.spec.outputs and (not axes or (isinstance(e, ir.Var) and e.name in self.values)):
-                # the same on every element (params, absent inputs), or another value: not a tile of its own
-                del self.values[v.name]
-                if axes:
-                    self.aliases[v.name] = self.values[e.name]
-                else:
-                    self.consts[v.name] = e
-                return
-            self.steps.append(Map(v, e))
+            if targets[0] not in self.spec.outputs and not axes:
+                # a value over no axes: constants and params (an absent input or optional param, folded):
+                # later uses see the expression itself
+                del self.values[targets[0]]
+                self.consts[targets[0]] = e
+            elif targets[0] not in self.spec.outputs and isinstance(e, ir.Var) and e.name in self.values:
+                self.values[targets[0]] = self.values[e.name]     # another name for a value: no copy
+            else:
+                self.steps.append(Map(v, e))
 
     def axes_of(self, e):
         """The axes an expression varies over: those of the values it reads and of the axis indices."""
@@ -334,8 +331,6 @@ class _Builder:
         if isinstance(node, E.Num):
             return ir.c(node.value, F32)
         if isinstance(node, E.Name):
-            if node.id in self.aliases:
-                node = E.Name(self.aliases[node.id].name, node.col)
             if node.id in self.values:
                 v = self.values[node.id]
                 if v.dtype == RAW:
@@ -350,7 +345,7 @@ class _Builder:
             p = self.spec.params.get(node.id)
             d = self.spec.dims.get(node.id)
             if p is not None and p.optional and not self.variant.get(f"?{p.name}"):
-                return ir.c(p.absent)                    # not given: its `absent` value
+                return ir.c(p.absent, F32)       # an optional float param given as None
             if (p is not None and not p.structural) or (d is not None and not d.dynamic):
                 self.scalars[node.id] = "param" if p is not None else "dim"
                 return ir.Var(node.id, F32)
@@ -359,10 +354,10 @@ class _Builder:
             self.fail(idx, f"unknown value {node.id!r}; values so far: {sorted(self.values)}")
         if isinstance(node, E.Unary):
             a = rec(node.arg)
-            return ir.fold(op("neg", a) if node.op == "-" else op("not", a))
+            return op("neg", a) if node.op == "-" else op("not", a)
         if isinstance(node, E.Binary):
             try:
-                return ir.fold(op(_BINOPS[node.op], *_int_literals(node, rec(node.lhs), rec(node.rhs))))
+                return op(_BINOPS[node.op], *_int_literals(node, rec(node.lhs), rec(node.rhs)))
             except (TypeError, KeyError) as e:
                 self.fail(idx, f"operator {node.op!r}: {e}")
         if isinstance(node, E.Call) and node.fn in FORMAT_FUNCTIONS:
@@ -401,12 +396,12 @@ class _Builder:
 
     def keep_rows(self, idx, name, node):
         """keep = keep_rows(c): the rows where the per-row condition c holds are computed and written; the
-        others are left untouched (no output element of theirs is stored, loaded data is not read) and
+        others are left untouched (no output element of theirs is stored, their later loads give 0) and
         add nothing to counts and sums over rows. A condition that folds to true keeps every row."""
         if idx != 0:
             self.fail(idx, "keep_rows(c) must be the first statement: every load and store of a row depends on it")
-        axes = set()
-        cond = self.elementwise(idx, node, axes)
+        cond = ir.fold(self.elementwise(idx, node, set()))
+        axes = self.axes_of(cond)
         dyn = next(iter(self.spec.axes))
         if cond.dtype != ir.BOOL or (axes and axes != {dyn}) or self.spec.row_inner:
             self.fail(idx, f"keep_rows(c): c must be a condition over the rows alone (axis {dyn!r}; not row blocks)")
@@ -464,7 +459,7 @@ class _Builder:
         outputs = {}
         self.at = {}
         for name, t in self.spec.outputs.items():
-            if t.when and not self.variant.get(f"?{t.when}"):
+            if not self.spec.writes(t, self.variant):
                 continue            # not written in this variant
             if name not in self.values:
                 raise StageError(len(self.spec.stages) - 1, f"output {name!r} is never assigned")
@@ -494,15 +489,14 @@ def _int_literals(node, lhs, rhs):
 
 
 def _elementwise(fn, args) -> ir.Expr:
-    op_ = lambda *a: ir.fold(op(*a))  # noqa: E731
     if fn in ("max", "min"):
-        return op_(fn, *args)
+        return op(fn, *args)
     if fn == "abs":
         return op("max", args[0], op("neg", args[0]))
     if fn == "clamp":
-        return op_("min", op_("max", args[0], args[1]), args[2])
+        return op("min", op("max", args[0], args[1]), args[2])
     if fn == "where":
-        return op_("select", *args)
+        return op("select", *args)
     if fn == "sigmoid":
         one = ir.c(1.0)
         return op("div", one, op("add", one, op("exp", op("neg", args[0]))))

@@ -12,14 +12,14 @@ class SwiGLU(torch.nn.Module):
     the output buffer held them, zero gradients), the routed scaling factor. Returns y only (the clamp
     counters are `functional.swiglu`'s op's second output)."""
 
-    def __init__(self, routed_scaling_factor=1.0, clamp_value=None):
+    def __init__(self, routed_scaling_factor=1.0, clamp=None):
         super().__init__()
-        self.routed_scaling_factor, self.clamp_value = routed_scaling_factor, clamp_value
+        self.routed_scaling_factor, self.clamp = routed_scaling_factor, clamp
 
     def forward(self, x, weights=None, pos_to_token_topk=None, topk_weights=None, pos_to_expert=None):
         return functional.swiglu(x, weights=weights, pos_to_token_topk=pos_to_token_topk, topk_weights=topk_weights,
                                  pos_to_expert=pos_to_expert, fmt="fp32" if x.dtype == torch.float32 else "bf16",
-                                 routed_scaling_factor=self.routed_scaling_factor, clamp_value=self.clamp_value)
+                                 routed_scaling_factor=self.routed_scaling_factor, clamp=self.clamp)
 
 
 class RMSNorm(torch.nn.Module):

@@ -34,7 +34,7 @@ class ParamInfo:
     doc: str
     default: object = None
     kind: str = "int"                  # int | str | float
-    optional: bool = False             # float params: may be None (not given), a variant of its own
+    optional: bool = False             # a float param that may be None (its own variant, `with_<name>`)
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,8 @@ class OutputInfo:
     shape_fn: Callable                 # (dims, variant) -> container shape
     dtype_fn: Callable                 # (variant, {input: dtype name}) -> torch dtype name of the container
     exact: object = "bit"              # bit | {"ulp": n, "rate": r} | {"tol": {...}} | {"given": [...]}
-    when: Optional[str] = None         # written only when this optional input or param is given (else empty)
+    when: Optional[str] = None         # written only when this optional input or optional param is given, or
+                                       # this boolean param is true (else empty)
     accumulate: bool = False           # a sum over the rows or a count: every block adds into it, so it starts at 0
     col_pad: Optional[Callable] = None  # variant -> None (row-major) or the row padding of a column-major layout
     row_dim: Optional[int] = None      # the dim indexed by the rows (keep_rows leaves the rows not kept untouched)
@@ -93,10 +94,6 @@ class OpInfo:
     def dynamic_dim(self):
         """The dim of the rows (other dynamic dims, sizes of tensors addressed at positions, are not marked)."""
         return next((d[0] for d in self.dims if d[1]), None)
-
-    def given(self, name, tensors, params) -> bool:
-        """Whether an optional input or param is given in this call."""
-        return (tensors[name] if name in tensors else params[name]) is not None
 
 
 def complete(op: OpInfo, tensors, params):
@@ -198,11 +195,10 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
 
 def _check_param(op, p, v, dims):
     if p.optional and v is None:
-        dims[p.name] = v
-        return
-    if p.kind == "float":
+        pass
+    elif p.kind == "float":
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ValueError(f"{op.name}: `{p.name}` must be a number; got {v!r}")
+            raise ValueError(f"{op.name}: `{p.name}` must be a number{' or None' if p.optional else ''}; got {v!r}")
         v = float(v)
     elif p.choices is not None:
         allowed = [dims.get(c, c) if isinstance(c, str) and not p.structural else c for c in p.choices]
@@ -306,10 +302,21 @@ def prepare(op: OpInfo, tensors, params, arch=None, schedule=None, out=None, dim
                    for i in op.inputs if i.dtype_arg)
     kernel, storages = kernel_for(op, arch, variant_of(op, params, tensors), statics, dtypes, schedule)
     written = [o for info, o in zip(op.outputs, kernel_buffers(op, params, tensors, outs))
-               if info.when is None or op.given(info.when, tensors, params)]
+               if written_in(info, tensors, params)]
     views = storage_views(storages, _kernel_inputs(op, tensors) + written)
     empty = op.dynamic_dim is not None and dims[op.dynamic_dim] == 0
     return (lambda: None) if empty else (lambda: kernel(*views)), outs
+
+
+def written_in(info: OutputInfo, tensors, params) -> bool:
+    """Whether a call writes an output: its `when` input or optional param is given, or its `when`
+    boolean param is true."""
+    if info.when is None:
+        return True
+    if info.when not in params:
+        return tensors[info.when] is not None
+    v = params[info.when]
+    return v is True or (v is not None and not isinstance(v, bool))
 
 
 def storage_views(module_storages, tensors):

@@ -57,8 +57,8 @@ def cast_back(q, sf, fmt, block, scale='fp32', out='bf16'):
     Args:
         q: [T, H] codes of format `fmt` in its container (packed formats: the last dim holds the packed bytes), contiguous, cpu or cuda.
         sf: [T, H / block] scales of scale format `scale`, contiguous, cpu or cuda.
-        fmt: element format of q (specs/formats/element) (e4m3, e5m2, e2m1, e5m6; default None).
-        block: channels per scale (H means one scale per row) (32, 64, 128, H; default None).
+        fmt: element format of q (specs/formats/element) (e4m3, e5m2, e2m1, e5m6; required).
+        block: channels per scale (H means one scale per row) (32, 64, 128, H; required).
         scale: scale format of sf: float32, UE8M0 packed four per int32, or UE8M0 bytes (fp32, ue8m0, ue8m0_byte; default 'fp32').
         out: format of y (bf16, fp32; default 'bf16').
     

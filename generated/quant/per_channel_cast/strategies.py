@@ -24,7 +24,8 @@ def cases(draw, max_rows=300):
     d["group_tokens"] = choose(draw, "group_tokens", [32, 128], d, REQUIRES)
     d["scale"] = choose(draw, "scale", ['fp32', 'pow2', 'ue8m0'], d, REQUIRES)
     d["transpose"] = choose(draw, "transpose", [False, True], d, REQUIRES)
-    variant = "_".join(str(d[n]) for n in ('fmt', 'scale', 'transpose')) or "base"
+    # the variant name spells booleans in lower case, as spec.variant_name does
+    variant = "_".join(str(d[n]).lower() if isinstance(d[n], bool) else str(d[n]) for n in ('fmt', 'scale', 'transpose')) or "base"
     inputs, shapes = {}, {}
     recipe = draw(tensor_recipe(('bf16', 'fp32'), ('zero_rows', 'max', 'subnormal', 'tiny', 'huge', 'neg_zero', 'ties'), True))
     inputs["x"], shapes["x"] = (None, (d["T"], d["H"],)) if recipe is None else with_codec(
