@@ -1,7 +1,7 @@
 """Operation counts of an op's compute, read from its stages: the x axis of the roofline.
 
 One count per IR operation per element it produces (a codec helper call counts as one), one per element a
-reduction reads, and one per element per round of a top-k. Loads and stores count as bytes, not work.
+reduction or a count reads, and one per element per round of a top-k. Loads and stores count as bytes, not work.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from math import prod
 
 from . import ir
 from .expr import evaluate
-from .stages import Map, Reduce, TopK, build_program
+from .stages import Count, Map, Reduce, TopK, build_program
 
 
 def _ops(e) -> int:
@@ -30,4 +30,6 @@ def op_count(spec, catalog, env: dict) -> int:
             total += size(st.src.axes)
         elif isinstance(st, TopK):
             total += size(st.src.axes) * evaluate(spec.axes[st.new].extent, env)
+        elif isinstance(st, Count):       # the condition, and the sum of its ones
+            total += (_ops(st.expr) + 1) * size(st.axes)
     return total

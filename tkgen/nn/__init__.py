@@ -9,8 +9,8 @@ class SwiGLU(torch.nn.Module):
     """y = silu(a) * b for x = [a, b] split in halves along the last dim, times the row weight; with a clamp,
     a = min(a, c) and b = clamp(b, -c, c) first. The MoE options of `functional.swiglu`: per-row weights or
     routing weights read at positions, padding rows (pos_to_expert == -1 or a negative position: left as
-    the output buffer held them, zero gradients), the routed scaling factor. Returns y only (the clamp
-    counters are `functional.swiglu`'s op's second output)."""
+    the output buffer held them, zero gradients), the routed scaling factor. Returns y only (the forward op
+    under `tkgen.ops` also returns the clamp counters)."""
 
     def __init__(self, routed_scaling_factor=1.0, clamp=None):
         super().__init__()
