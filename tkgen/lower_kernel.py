@@ -431,10 +431,13 @@ class _KernelLowering:
             return src
         if st.kind in ("absmax", "sum") and self._zero_filled(st.src.name):
             return src
-        neutral = {"absmax": "T.float32(0.0)", "sum": "T.float32(0.0)", "max": "T.float32(-T.infinity('float32'))",
-                   "min": "T.infinity('float32')"}[st.kind]
+        if st.src.dtype == ir.I32:
+            neutral = {"max": "T.int32(-2147483648)", "min": "T.int32(2147483647)"}[st.kind]
+        else:
+            neutral = {"absmax": "T.float32(0.0)", "sum": "T.float32(0.0)", "max": "T.float32(-T.infinity('float32'))",
+                       "min": "T.infinity('float32')"}[st.kind]
         masked = f"{src}_masked"
-        self.allocs.append((masked, self.tile_shape(st.src.axes), '"float32"', self.alloc))
+        self.allocs.append((masked, self.tile_shape(st.src.axes), f'"{_alloc_dtype(st.src.dtype)}"', self.alloc))
         idx = ", ".join(f"i_{a}" for a in st.src.axes)
         # padding of a padded axis, or rows past the dynamic size in the last row block
         cond = f"i_{st.axis} < N_{st.axis}" if st.axis in self.padded else self.row_guard(st.src.axes)
