@@ -439,8 +439,10 @@ class _KernelLowering:
         masked = f"{src}_masked"
         self.allocs.append((masked, self.tile_shape(st.src.axes), f'"{_alloc_dtype(st.src.dtype)}"', self.alloc))
         idx = ", ".join(f"i_{a}" for a in st.src.axes)
-        # padding of a padded axis, or rows past the dynamic size in the last row block
-        cond = f"i_{st.axis} < N_{st.axis}" if st.axis in self.padded else self.row_guard(st.src.axes)
+        # rows past the dynamic size in the last row block (with the padding, where the row axis is padded
+        # too), or the padding of a padded axis
+        rows = st.axis in (self.spec.row_inner, self.dyn_axis)
+        cond = self.row_guard(st.src.axes) if rows else f"i_{st.axis} < N_{st.axis}"
         self.add_item(Loop(self.loop_axes(st.src.axes),
                            assigns=[(f"{masked}[{idx}]", f"T.if_then_else({cond}, {src}[{idx}], {neutral})")]))
         return masked
