@@ -356,7 +356,8 @@ class _KernelLowering:
                 dispatch.append((f"STORE_{tname}", t.like,
                                  {dt: f"lambda v: {self.encode_format(self.catalog.elements[dt], 'v')}" for dt in t.dtypes}))
             tensors.append((tname, self.shape_src(t, packed=True), self.output_storage(t)))
-        for t in self.spec.tensors.values():
+        for t in self.spec.outputs.values():
+            # a store packs the codes of one tile; a load reads each code at its flat position (any split)
             pk = self.packing(t)
             if pk and len(t.view[-1]) > 1:
                 axis = t.view[-1][-1]

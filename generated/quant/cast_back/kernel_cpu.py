@@ -384,8 +384,6 @@ def build_e2m1_fp32_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -415,8 +413,6 @@ def build_e2m1_fp32_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -446,8 +442,6 @@ def build_e2m1_ue8m0_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -477,8 +471,6 @@ def build_e2m1_ue8m0_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -508,8 +500,6 @@ def build_e2m1_ue8m0_byte_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -539,8 +529,6 @@ def build_e2m1_ue8m0_byte_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -570,8 +558,6 @@ def build_e5m6_fp32_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -601,8 +587,6 @@ def build_e5m6_fp32_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -632,8 +616,6 @@ def build_e5m6_ue8m0_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -663,8 +645,6 @@ def build_e5m6_ue8m0_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -694,8 +674,6 @@ def build_e5m6_ue8m0_byte_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -725,8 +703,6 @@ def build_e5m6_ue8m0_byte_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(

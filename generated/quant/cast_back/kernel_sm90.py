@@ -408,8 +408,6 @@ def build_e2m1_fp32_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -441,8 +439,6 @@ def build_e2m1_fp32_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -474,8 +470,6 @@ def build_e2m1_ue8m0_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -507,8 +501,6 @@ def build_e2m1_ue8m0_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -540,8 +532,6 @@ def build_e2m1_ue8m0_byte_bf16(H, block, *, threads=128, block_t=4, tile_elems=4
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -573,8 +563,6 @@ def build_e2m1_ue8m0_byte_fp32(H, block, *, threads=128, block_t=4, tile_elems=4
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -606,8 +594,6 @@ def build_e5m6_fp32_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -639,8 +625,6 @@ def build_e5m6_fp32_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -672,8 +656,6 @@ def build_e5m6_ue8m0_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -705,8 +687,6 @@ def build_e5m6_ue8m0_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -738,8 +718,6 @@ def build_e5m6_ue8m0_byte_bf16(H, block, *, threads=128, block_t=4, tile_elems=4
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -771,8 +749,6 @@ def build_e5m6_ue8m0_byte_fp32(H, block, *, threads=128, block_t=4, tile_elems=4
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
