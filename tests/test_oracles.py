@@ -255,7 +255,7 @@ def _scale_exponents(sf, scale, G):
     """The biased exponent field of each input scale, read from the container's bytes: [T, G] int64."""
     if scale == "fp32":
         return (sf.view(torch.int32).to(torch.int64) >> 23) & 0xFF
-    b = sf.contiguous().view(torch.uint8).to(torch.int64).reshape(sf.shape[0], -1)
+    b = sf.contiguous().view(torch.uint8).to(torch.int64).reshape(sf.shape[0], sf.shape[1] * sf.element_size())
     return b[:, :G]
 
 
