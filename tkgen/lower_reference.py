@@ -115,9 +115,12 @@ class _ReferenceLowering:
         b, r = next(iter(self.spec.axes)), self.spec.row_inner
         if st.axis != r:
             return st.src.name
-        neutral = {"absmax": "0.0", "sum": "0.0", "max": "-float('inf')", "min": "float('inf')"}[st.kind]
+        if st.src.dtype == ir.I32:
+            neutral = {"max": "_t(-2147483648)", "min": "_t(2147483647)"}[st.kind]
+        else:
+            neutral = "_f32({})".format({"absmax": "0.0", "sum": "0.0", "max": "-float('inf')", "min": "float('inf')"}[st.kind])
         rows = f"_rows_valid(N_{b}, N_{r}, {sym(self.spec.dynamic_dim)}){_bcast((b, r), st.src.axes)}"
-        return f"torch.where({rows}, {st.src.name}, _f32({neutral}))"
+        return f"torch.where({rows}, {st.src.name}, {neutral})"
 
     def row_dims(self, t):
         """Tensor dims indexed by [row block, row]: the dynamic dim, padded to whole row blocks inside."""
