@@ -108,6 +108,25 @@ def tk_per_block_cast_with_precomputed_sf(params, dims):
     return lambda x, sf: tk.quant.per_block_cast_with_precomputed_sf(x, params["fmt"], block, sf)
 
 
+def tk_per_block_cast_lossless(params, dims):
+    """TileKernels re-blocks (q, sf) given as a pair, with float32 input scales here: it reads packed UE8M0
+    input scales only column-major (tkgen's are row-major) and has no unpacked UE8M0 bytes. Its packed
+    UE8M0 output is column-major, as tkgen's with sf_layout="col"."""
+    tk = _tile_kernels()
+    _tk_whole_blocks(dims, "T")
+    if params["in_scale"] != "fp32":
+        raise NotImplementedError("TileKernels reads packed UE8M0 input scales only column-major")
+    if params["scale"] == "ue8m0_byte":
+        raise NotImplementedError("TileKernels 2.1.0 has no unpacked UE8M0 scales")
+    kwargs = {}
+    if params["scale"] == "ue8m0":
+        kwargs.update(use_packed_ue8m0=True, use_tma_aligned_col_major_sf=True)
+    elif params["sf_layout"] == "col":
+        kwargs.update(use_tma_aligned_col_major_sf=True)
+    x_block, out_block = (1, params["in_cols"]), (params["block_rows"], params["block_cols"])
+    return lambda q, sf: tk.quant.per_block_cast_lossless((q, sf), "e4m3", x_block, out_block, **kwargs)
+
+
 def tk_per_channel_cast(params, dims):
     tk = _tile_kernels()
     if params["transpose"]:
@@ -223,6 +242,7 @@ ADAPTERS = {
         "per_block_cast": tk_per_block_cast,
         "per_block_cast_with_sf_only": tk_per_block_cast_with_sf_only,
         "per_block_cast_with_precomputed_sf": tk_per_block_cast_with_precomputed_sf,
+        "per_block_cast_lossless": tk_per_block_cast_lossless,
         "per_channel_cast": tk_per_channel_cast,
         "batched_transpose": tk_batched_transpose,
         "swiglu_forward": tk_swiglu_forward,

@@ -359,4 +359,37 @@ def test_swiglu_backward_and_per_token_cast_reference_vs_float64_autograd():
         deq = q_out.double().reshape(T, G, group) * sf_got[..., None]
         bound = 2.0 ** -4 * dxg.abs() * (1 + 2.0 ** -20) + 2.0 ** -10 * sf_got[..., None] + 2 * errg
         assert bool(((deq - dxg).abs() <= bound).all())
+
+
+def _scale_exponents(sf, scale, G):
+    """The biased exponent field of each input scale, read from the container's bytes: [T, G] int64."""
+    if scale == "fp32":
+        return (sf.view(torch.int32).to(torch.int64) >> 23) & 0xFF
+    b = sf.contiguous().view(torch.uint8).to(torch.int64).reshape(sf.shape[0], sf.shape[1] * sf.element_size())
+    return b[:, :G]
+
+
+def test_per_block_cast_lossless_reference_vs_float64_exponents():
+    """e_out = max(largest exponent of the block's rows - 6, 0), out = e4m3(q * 2^(e_in - e_out)) with the
+    product in float64 (exact), out_sf = 2^(e_out - 127), from ml_dtypes' FP4 table and torch's cast."""
+    pkg = registry.op_package("per_block_cast_lossless")
+
+    @given(_cases("per_block_cast_lossless"))
+    def prop(case):
+        t = build_inputs(case)
+        p = case["params"]
+        T, H = case["dims"]["T"], case["dims"]["H"]
+        rows, cols = p["block_rows"], p["block_cols"]
+        out, out_sf = reference_outputs(pkg.OP, pkg, t, p)
+        e = _scale_exponents(t["sf"], p["in_scale"], H // 32)
+        nb = -(-T // rows)
+        ep = torch.full((nb * rows, H // 32), -1, dtype=torch.int64)    # padding rows never win the max
+        ep[:T] = e
+        e_out = (ep.reshape(nb, rows, H // cols, cols // 32).amax(dim=(1, 3)) - 6).clamp(min=0)
+        n = e - e_out.repeat_interleave(rows, 0)[:T].repeat_interleave(cols // 32, 1)
+        q = oracle_decode(t["q"], "e2m1", H).double()
+        assert same_bits(out, _cast((q * torch.exp2(n.double()).repeat_interleave(32, 1)).float()))
+        sf = torch.exp2(e_out.double() - 127).float()
+        want = {"fp32": sf, "ue8m0_byte": e_out.to(torch.uint8), "ue8m0": _ue8m0_words(sf)}[p["scale"]]
+        assert same_bits(out_sf, want)
     prop()

@@ -372,6 +372,25 @@ def exponent_byte(sf: ir.Expr) -> ir.Expr:
     return op("bitand", op("shr", op("bits", sf), u32(23)), u32(0xFF))
 
 
+def exponent_field(x: ir.Expr) -> ir.Expr:
+    """The biased exponent field of a float32 (bits 23..30, the sign ignored) as i32: e + 127 for a normal
+    2^e, 0 for zero and subnormals, 255 for inf and NaN. For a power of two it is its UE8M0 byte."""
+    return op("u32_to_i32", exponent_byte(x))
+
+
+def pow2_of_int(n: ir.Expr) -> ir.Expr:
+    """2^n as a float32 for an i32 n, exactly for every n: a normal number for n in [-126, 127], a
+    subnormal for n in [-149, -127], 0 below, +inf above. Built from bits; every shift stays in [0, 31]."""
+    i32 = lambda v: ir.Const(v, ir.I32)  # noqa: E731
+    clamp = lambda v, lo, hi: op("min", op("max", v, i32(lo)), i32(hi))  # noqa: E731
+    # biased exponent in [1, 255]: 255 (n >= 128) is the bit pattern of +inf
+    normal = op("from_bits", op("shl", op("i32_to_u32", op("add", clamp(n, -126, 128), i32(127))), u32(23)))
+    # 2^n = 2^-149 << (n + 149) for the subnormals
+    subnormal = op("from_bits", op("shl", u32(1), op("i32_to_u32", op("add", clamp(n, -149, -127), i32(149)))))
+    return op("select", op("ge", n, i32(-126)), normal,
+              op("select", op("ge", n, i32(-149)), subnormal, c(0.0)))
+
+
 def scale_pair(rule: str, amax: ir.Expr, fmt_max: float):
     """(sf, inv) from a clamped amax: the dequantization scale and the quantization multiplier."""
     if rule == "ratio":

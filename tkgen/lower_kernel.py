@@ -363,7 +363,8 @@ class _KernelLowering(RowFeatures):
                 dispatch.append((f"STORE_{tname}", t.like,
                                  {dt: f"lambda v: {self.encode_format(self.catalog.elements[dt], 'v')}" for dt in t.dtypes}))
             tensors.append((tname, self.shape_src(t, packed=True), self.output_storage(t)))
-        for t in self.spec.tensors.values():
+        for t in self.spec.outputs.values():
+            # a store packs the codes of one tile; a load reads each code at its flat position (any split)
             pk = self.packing(t)
             if pk and len(t.view[-1]) > 1:
                 axis = t.view[-1][-1]
@@ -464,21 +465,25 @@ class _KernelLowering(RowFeatures):
         src = self.buffers[st.src.name]
         idx = ", ".join(f"i_{a}" for a in st.src.axes)
         value = f"{src}[{idx}]"
-        neutral = {"absmax": "T.float32(0.0)", "sum": "T.float32(0.0)", "max": "T.float32(-T.infinity('float32'))",
-                   "min": "T.infinity('float32')"}[st.kind]
-        skip_nan = st.kind != "sum" and not self.arch.max_skips_nan
-        if skip_nan:
+        if st.src.dtype == ir.I32:
+            neutral = {"max": "T.int32(-2147483648)", "min": "T.int32(2147483647)"}[st.kind]
+        else:
+            neutral = {"absmax": "T.float32(0.0)", "sum": "T.float32(0.0)", "max": "T.float32(-T.infinity('float32'))",
+                       "min": "T.infinity('float32')"}[st.kind]
+        if st.kind != "sum" and st.src.dtype != ir.I32 and not self.arch.max_skips_nan:
             value = f"T.if_then_else(T.isnan({value}), {neutral}, {value})"
-        if st.axis in self.padded or st.axis in (self.spec.row_inner, self.dyn_axis):
+        rows = st.axis in (self.spec.row_inner, self.dyn_axis)
+        if st.axis in self.padded or rows:
             if not (st.kind in ("absmax", "sum") and self._zero_filled(st.src.name)):
-                # padding of a padded axis, or rows past the dynamic size in the last row block
-                guard = f"i_{st.axis} < N_{st.axis}" if st.axis in self.padded else self.row_guard(st.src.axes)
+                # rows past the dynamic size in the last row block (with the padding, where the row axis is
+                # padded too), or the padding of a padded axis
+                guard = self.row_guard(st.src.axes) if rows else f"i_{st.axis} < N_{st.axis}"
                 value = f"T.if_then_else({guard}, {value}, {neutral})"
         if value == f"{src}[{idx}]":
             return src
         masked = f"{src}_for_{st.kind}"
         if all(name != masked for name, *_ in self.allocs):     # else a second reduction of one kind
-            self.allocs.append((masked, self.tile_shape(st.src.axes), '"float32"', self.alloc))
+            self.allocs.append((masked, self.tile_shape(st.src.axes), f'"{_alloc_dtype(st.src.dtype)}"', self.alloc))
             self.add_item(Loop(self.loop_axes(st.src.axes), assigns=[(f"{masked}[{idx}]", value)]))
         return masked
 

@@ -159,13 +159,16 @@ class _ReferenceLowering:
         """Rows past the dynamic size in the last row block hold the reduction's neutral value, as in the
         kernel (loads fill them with zero, and the kernel masks them for other reductions)."""
         b, r = next(iter(self.spec.axes)), self.spec.row_inner
-        neutral = {"absmax": "0.0", "sum": "0.0", "max": "-float('inf')", "min": "float('inf')"}[st.kind]
+        if st.src.dtype == ir.I32:
+            neutral = {"max": "_t(-2147483648)", "min": "_t(2147483647)"}[st.kind]
+        else:
+            neutral = "_f32({})".format({"absmax": "0.0", "sum": "0.0", "max": "-float('inf')", "min": "float('inf')"}[st.kind])
         if st.axis == b and self.keep is not None:      # rows not kept add nothing (the kernel masks them)
-            return f"torch.where({self.keep}{_bcast((b,), st.src.axes)}, {st.src.name}, _f32({neutral}))"
+            return f"torch.where({self.keep}{_bcast((b,), st.src.axes)}, {st.src.name}, {neutral})"
         if st.axis != r:
             return st.src.name
         rows = f"_rows_valid(N_{b}, N_{r}, {sym(self.spec.dynamic_dim)}){_bcast((b, r), st.src.axes)}"
-        return f"torch.where({rows}, {st.src.name}, _f32({neutral}))"
+        return f"torch.where({rows}, {st.src.name}, {neutral})"
 
     def row_dims(self, t):
         """Tensor dims indexed by [row block, row]: the dynamic dim, padded to whole row blocks inside."""

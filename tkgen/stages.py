@@ -25,7 +25,10 @@ RAW = "raw"                    # the dtype of `copy` values: stored elements, mo
 # elementwise functions: name -> (arity range, builder over IR args)
 _UNARY_MATH = {"exp", "log", "sqrt", "rsqrt"}
 ELEMENTWISE = {"max": (2, 2), "min": (2, 2), "abs": (1, 1), "clamp": (3, 3), "where": (3, 3),
-               "sigmoid": (1, 1), "round_to": (2, 2), **{f: (1, 1) for f in _UNARY_MATH}}
+               "sigmoid": (1, 1), "round_to": (2, 2), "exponent": (1, 1), "exp2": (1, 1),
+               **{f: (1, 1) for f in _UNARY_MATH}}
+# reductions that integer (i32) values may take: exact whatever the order
+INT_REDUCTIONS = {"amax", "amin"}
 # functions whose first argument names an element format (or a param naming one)
 FORMAT_FUNCTIONS = {"min_amax": 1}
 _BINOPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne", "<": "lt", "<=": "le",
@@ -282,10 +285,10 @@ class _Builder:
             axis = self.axis_arg(idx, node.args[1])
             if axis not in src.axes:
                 self.fail(idx, f"{src.name!r} does not vary over axis {axis!r}")
-            if src.dtype != F32:
-                self.fail(idx, f"{fn} needs float values")
+            if src.dtype != F32 and not (src.dtype == I32 and fn in INT_REDUCTIONS):
+                self.fail(idx, f"{fn} needs float values" + (" (integers take amax and amin)" if src.dtype == I32 else ""))
             self.whole.add(axis)
-            out = self.define(idx, targets[0], [a for a in src.axes if a != axis], F32)
+            out = self.define(idx, targets[0], [a for a in src.axes if a != axis], src.dtype)
             self.steps.append(Reduce(out, REDUCTIONS[fn], src, axis))
         elif fn == "topk":
             src = self.value_arg(idx, node.args[0])
@@ -356,8 +359,11 @@ class _Builder:
             a = rec(node.arg)
             return op("neg", a) if node.op == "-" else op("not", a)
         if isinstance(node, E.Binary):
+            lhs, rhs = self.operands(idx, (node.lhs, node.rhs), axes)
+            if node.op == "/" and lhs.dtype == I32:
+                self.fail(idx, "'/' divides floats; integer values have no division")
             try:
-                return op(_BINOPS[node.op], *_int_literals(node, rec(node.lhs), rec(node.rhs)))
+                return op(_BINOPS[node.op], lhs, rhs)
             except (TypeError, KeyError) as e:
                 self.fail(idx, f"operator {node.op!r}: {e}")
         if isinstance(node, E.Call) and node.fn in FORMAT_FUNCTIONS:
@@ -373,12 +379,20 @@ class _Builder:
                 self.fail(idx, f"{node.fn} takes {lo} argument(s), found {len(node.args)}")
             if node.fn == "round_to":
                 return self.round_to(idx, node.args[0], rec(node.args[1]))
-            args = [rec(a) for a in node.args]
+            args = self.operands(idx, node.args, axes)
             try:
                 return _elementwise(node.fn, args)
             except TypeError as e:
                 self.fail(idx, f"{node.fn}: {e}")
         self.fail(idx, f"unsupported expression {E.to_source(node)!r}")
+
+    def operands(self, idx, nodes, axes):
+        """The IR of an operation's operands. Literals are f32, except that an integer literal next to an
+        i32 operand is an i32 constant (`max(e - 6, 0)` on exponents)."""
+        args = [self.elementwise(idx, n, axes) for n in nodes]
+        if any(a.dtype == I32 for a in args):
+            args = [a if _int_literal(n) is None else ir.Const(_int_literal(n), I32) for n, a in zip(nodes, args)]
+        return args
 
     def round_to(self, idx, target, v):
         """round_to(f, v): v rounded to element format f (a format, a param naming one, or an input,
@@ -478,14 +492,14 @@ class _Builder:
                        self.counts & set(self.values))
 
 
-def _int_literals(node, lhs, rhs):
-    """An integer literal next to an i32 value is an i32 constant (`load(pos) >= 0`); literals are f32 otherwise."""
-    for lit, other, i in ((node.lhs, rhs, 0), (node.rhs, lhs, 1)):
-        if isinstance(lit, E.Num) and other.dtype == I32 and float(lit.value).is_integer():
-            args = [lhs, rhs]
-            args[i] = ir.Const(int(lit.value), I32)
-            return args
-    return lhs, rhs
+def _int_literal(node):
+    """The value of an integer literal (or of a negated one), else None."""
+    if isinstance(node, E.Unary) and node.op == "-":
+        v = _int_literal(node.arg)
+        return None if v is None else -v
+    if isinstance(node, E.Num) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    return None
 
 
 def _elementwise(fn, args) -> ir.Expr:
@@ -497,6 +511,14 @@ def _elementwise(fn, args) -> ir.Expr:
         return op("min", op("max", args[0], args[1]), args[2])
     if fn == "where":
         return op("select", *args)
+    if fn == "exponent":
+        if args[0].dtype != F32:
+            raise TypeError("takes a float value")
+        return F.exponent_field(args[0])
+    if fn == "exp2":
+        if args[0].dtype != I32:
+            raise TypeError("takes an integer value (an exponent, e.g. from exponent(v)); 2^x of a float is not in the library")
+        return F.pow2_of_int(args[0])
     if fn == "sigmoid":
         one = ir.c(1.0)
         return op("div", one, op("add", one, op("exp", op("neg", args[0]))))

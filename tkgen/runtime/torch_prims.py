@@ -47,12 +47,12 @@ def _absmax(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 def _nanmax(x: torch.Tensor, dim: int) -> torch.Tensor:
     """max over `dim`, skipping NaN (-inf where every element is NaN)."""
-    return torch.where(torch.isnan(x), -torch.inf, x).amax(dim=dim)
+    return torch.where(torch.isnan(x), -torch.inf, x).amax(dim=dim) if x.is_floating_point() else x.amax(dim=dim)
 
 
 def _nanmin(x: torch.Tensor, dim: int) -> torch.Tensor:
     """min over `dim`, skipping NaN (+inf where every element is NaN)."""
-    return torch.where(torch.isnan(x), torch.inf, x).amin(dim=dim)
+    return torch.where(torch.isnan(x), torch.inf, x).amin(dim=dim) if x.is_floating_point() else x.amin(dim=dim)
 
 
 def _exponent_byte(sf: torch.Tensor) -> torch.Tensor:

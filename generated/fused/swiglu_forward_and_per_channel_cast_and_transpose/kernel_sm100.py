@@ -53,7 +53,7 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=256, block_k=1, ti
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else(i_r < N_r, act[i_k, i_r, i_h], T.float32(0.0))
+                act_for_absmax[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
             T.reduce_absmax(act_for_absmax, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
@@ -105,7 +105,7 @@ def build_e4m3_fp32_false(H, group_tokens, x_dtype, *, threads=256, block_k=1, t
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else(i_r < N_r, act[i_k, i_r, i_h], T.float32(0.0))
+                act_for_absmax[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
             T.reduce_absmax(act_for_absmax, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
@@ -156,7 +156,7 @@ def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=256, block_k=1, ti
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else(i_r < N_r, act[i_k, i_r, i_h], T.float32(0.0))
+                act_for_absmax[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
             T.reduce_absmax(act_for_absmax, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
@@ -208,7 +208,7 @@ def build_e4m3_pow2_false(H, group_tokens, x_dtype, *, threads=256, block_k=1, t
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else(i_r < N_r, act[i_k, i_r, i_h], T.float32(0.0))
+                act_for_absmax[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
             T.reduce_absmax(act_for_absmax, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
@@ -260,7 +260,7 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=256, block_k=1, t
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else(i_r < N_r, act[i_k, i_r, i_h], T.float32(0.0))
+                act_for_absmax[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
             T.reduce_absmax(act_for_absmax, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
@@ -316,7 +316,7 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads=256, block_k=1, 
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else(i_r < N_r, act[i_k, i_r, i_h], T.float32(0.0))
+                act_for_absmax[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
             T.reduce_absmax(act_for_absmax, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))

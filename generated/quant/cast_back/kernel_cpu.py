@@ -384,8 +384,6 @@ def build_e2m1_fp32_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -417,8 +415,6 @@ def build_e2m1_fp32_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -450,8 +446,6 @@ def build_e2m1_ue8m0_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -483,8 +477,6 @@ def build_e2m1_ue8m0_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -516,8 +508,6 @@ def build_e2m1_ue8m0_byte_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -549,8 +539,6 @@ def build_e2m1_ue8m0_byte_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -582,8 +570,6 @@ def build_e5m6_fp32_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -615,8 +601,6 @@ def build_e5m6_fp32_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -648,8 +632,6 @@ def build_e5m6_ue8m0_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -681,8 +663,6 @@ def build_e5m6_ue8m0_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -714,8 +694,6 @@ def build_e5m6_ue8m0_byte_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -747,8 +725,6 @@ def build_e5m6_ue8m0_byte_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(

@@ -408,8 +408,6 @@ def build_e2m1_fp32_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -443,8 +441,6 @@ def build_e2m1_fp32_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -478,8 +474,6 @@ def build_e2m1_ue8m0_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -513,8 +507,6 @@ def build_e2m1_ue8m0_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -548,8 +540,6 @@ def build_e2m1_ue8m0_byte_bf16(H, block, *, threads=128, block_t=4, tile_elems=4
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -583,8 +573,6 @@ def build_e2m1_ue8m0_byte_fp32(H, block, *, threads=128, block_t=4, tile_elems=4
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -618,8 +606,6 @@ def build_e5m6_fp32_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -653,8 +639,6 @@ def build_e5m6_fp32_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -688,8 +672,6 @@ def build_e5m6_ue8m0_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -723,8 +705,6 @@ def build_e5m6_ue8m0_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -758,8 +738,6 @@ def build_e5m6_ue8m0_byte_bf16(H, block, *, threads=128, block_t=4, tile_elems=4
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
@@ -793,8 +771,6 @@ def build_e5m6_ue8m0_byte_fp32(H, block, *, threads=128, block_t=4, tile_elems=4
     B_c = N_c
     B_t = block_t
     B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
 
     @T.prim_func
     def kernel(
