@@ -359,11 +359,12 @@ class _Builder:
         return v if fmt.is_float32 else ir.Call(f"round_{fmt.name}", (v,), F32)
 
     def prune(self, outputs):
-        """Drop steps whose value nothing uses (a load whose halves were all taken)."""
+        """Drop steps whose value nothing uses (a load whose halves were all taken, the reductions that feed
+        only an output this variant does not write)."""
         live = {v.name for v in outputs.values()}
         kept = []
         for st in reversed(self.steps):
-            if st.out.name not in live and isinstance(st, (Load, Map)):
+            if st.out.name not in live and isinstance(st, (Load, Map, Reduce, TopK)):
                 continue
             kept.append(st)
             if isinstance(st, Map):

@@ -44,7 +44,7 @@ def build_base(H, x_dtype, *, threads=128, block_t=1):
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             weight_grad_tile = T.alloc_fragment((B_t,), "float32")
             for i_t, i_h in T.Parallel(B_t, B_h):
                 a[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
@@ -63,8 +63,8 @@ def build_base(H, x_dtype, *, threads=128, block_t=1):
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, weight_grad_tile, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, weight_grad_tile, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = weight_grad_tile[i_t]
@@ -104,7 +104,7 @@ def build_with_weights(H, x_dtype, *, threads=128, block_t=1):
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             weight_grad_tile = T.alloc_fragment((B_t,), "float32")
             for i_t, i_h in T.Parallel(B_t, B_h):
                 a[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
@@ -126,8 +126,8 @@ def build_with_weights(H, x_dtype, *, threads=128, block_t=1):
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, weight_grad_tile, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, weight_grad_tile, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = weight_grad_tile[i_t]

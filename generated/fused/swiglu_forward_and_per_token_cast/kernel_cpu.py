@@ -39,7 +39,7 @@ def build_e4m3_fp32(H, group, x_dtype, *, threads=1, block_t=1):
             b = T.alloc_local((B_t, B_g, B_c), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t1 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -51,8 +51,8 @@ def build_e4m3_fp32(H, group, x_dtype, *, threads=1, block_t=1):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(1.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t1, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t1, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t1[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -91,7 +91,7 @@ def build_e4m3_fp32_with_weights(H, group, x_dtype, *, threads=1, block_t=1):
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t,), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t1 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -106,8 +106,8 @@ def build_e4m3_fp32_with_weights(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * _t0[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t1, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t1, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t1[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -143,7 +143,7 @@ def build_e4m3_pow2(H, group, x_dtype, *, threads=1, block_t=1):
             b = T.alloc_local((B_t, B_g, B_c), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t1 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -155,8 +155,8 @@ def build_e4m3_pow2(H, group, x_dtype, *, threads=1, block_t=1):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(1.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t1, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t1, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t1[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -195,7 +195,7 @@ def build_e4m3_pow2_with_weights(H, group, x_dtype, *, threads=1, block_t=1):
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t,), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t1 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -210,8 +210,8 @@ def build_e4m3_pow2_with_weights(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * _t0[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t1, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t1, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t1[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -247,7 +247,7 @@ def build_e4m3_ue8m0(H, group, x_dtype, *, threads=1, block_t=1):
             b = T.alloc_local((B_t, B_g, B_c), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t1 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -260,8 +260,8 @@ def build_e4m3_ue8m0(H, group, x_dtype, *, threads=1, block_t=1):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(1.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t1, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t1, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t1[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -303,7 +303,7 @@ def build_e4m3_ue8m0_with_weights(H, group, x_dtype, *, threads=1, block_t=1):
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t,), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t1 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -319,8 +319,8 @@ def build_e4m3_ue8m0_with_weights(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * _t0[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t1, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t1, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t1[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
