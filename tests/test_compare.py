@@ -30,6 +30,50 @@ def test_integer_codes_have_no_nan_exemption():
         compare("q", torch.tensor([0xFF, 0xFF], dtype=torch.uint8), want, "bit")
 
 
+def test_an_unwritten_element_fails_even_where_the_reference_is_nan(monkeypatch):
+    """The poison is NaN, and a NaN meets any NaN; so where the reference gives NaN, run_case runs the kernel
+    again over zeros. A kernel that skips such an element is caught."""
+    from tkgen.testing import check as C
+    codec = {"kind": "element", "name": "e4m3", "container": "float8_e4m3fn", "packet": (1, 1), "pack": None,
+             "store": "codes"}
+    recipe = {"dtype": "fp32", "seed": 1, "scale_exp": 0, "style": "normal", "specials": []}
+    case = {"dims": {"T": 2, "H": 32}, "params": {"fmt": "e4m3", "block": 32, "scale": "fp32", "out": "fp32"},
+            "shapes": {"q": [2, 32], "sf": [2, 1]},
+            "inputs": {"q": {**recipe, "specials": [["nan", 0, 0, 1]], "codec": codec, "logical": [2, 32]},
+                       "sf": recipe}}
+    C.run_case("cast_back", case)            # a NaN code at [0, 0]: the reference's y[0, 0] is NaN
+    real_run = C.run
+
+    def skips_first_element(op, tensors, params, arch=None, out=None):
+        before = out[0].clone()
+        res = real_run(op, tensors, params, arch=arch, out=out)
+        res[0].view(-1)[0] = before.view(-1)[0]
+        return res
+    monkeypatch.setattr(C, "run", skips_first_element)
+    with pytest.raises(AssertionError, match="bit-exact"):
+        C.run_case("cast_back", case)
+
+
+def test_max_type_reductions_skip_nan_in_kernel_and_reference():
+    """A NaN first, last or everywhere in a group: the scale is the absmax of the other elements (the
+    1e-4 floor where all are NaN) in the CPU kernel and in the reference, and the NaN element gets the NaN
+    code (docs/numerics.md, max-type reductions)."""
+    from tkgen import registry
+    from tkgen.runtime.ops import run
+    from tkgen.testing.check import reference_outputs
+    pkg = registry.op_package("per_token_cast")
+    x = torch.randn(3, 128, generator=torch.Generator().manual_seed(2))
+    x[0, 0], x[0, 127], x[1, 63], x[1, 64], x[2] = float("nan"), float("nan"), float("nan"), -float("nan"), float("nan")
+    for group in (128, 32):
+        p = {"fmt": "e4m3", "group": group, "scale": "fp32", "sf_layout": "row"}
+        got, want = run(pkg.OP, {"x": x}, p), reference_outputs(pkg.OP, pkg, {"x": x}, p)
+        for name, g, w in zip(("q", "sf"), got, want):
+            compare(name, g, w, "bit")
+        amax = torch.where(torch.isnan(x), 0.0, x.abs()).reshape(3, -1, group).amax(-1).clamp(min=1e-4)
+        assert torch.equal(want[1], amax / 448)
+        assert bool(torch.isnan(want[0].float()[torch.isnan(x)]).all())
+
+
 def test_rows_left_untouched_must_still_hold_the_poison_and_counts_must_be_added():
     """keep_rows: a kernel that writes a padding row, or overwrites a count instead of adding to it, fails."""
     from tkgen import registry

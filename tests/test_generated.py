@@ -69,3 +69,10 @@ def test_no_operator_name_in_handwritten_code(catalog):
         if path.suffix in (".py", ".j2", ".json"):
             hits = pattern.findall(path.read_text())
             assert not hits, f"{path} names {sorted(set(hits))}"
+
+
+def test_the_generator_itemsizes_match_torch():
+    from tkgen.formats import ITEMSIZE
+    from tkgen.runtime.ops import TORCH_DTYPES
+    for name, dtype in TORCH_DTYPES.items():
+        assert ITEMSIZE[name] == dtype.itemsize, name

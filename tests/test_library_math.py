@@ -16,7 +16,7 @@ def _wide(n, seed):
     gen = torch.Generator().manual_seed(seed)
     x = (torch.rand(n, generator=gen, dtype=torch.float64) * 210 - 105).float()
     edges = torch.tensor([0.0, -0.0, 88.72, -87.33, -103.97, 1e-30, -1e-30, math.inf, -math.inf, math.nan])
-    return torch.cat([x, edges])
+    return torch.cat([edges, x])
 
 
 def test_libm_mirror_is_close_to_float64_exp_and_log():
@@ -32,7 +32,7 @@ def test_libm_mirror_is_close_to_float64_exp_and_log():
 
 
 def test_swiglu_kernels_match_their_references_bit_for_bit_on_many_values():
-    x = _wide(2048 * 128, 3)[:2048 * 128].reshape(2048, 128) / 4
+    x = _wide(2048 * 128 - 10, 3).reshape(2048, 128)      # the edges and specials: gates of row 0
     fwd = registry.op_package("swiglu_forward")
     got = run(fwd.OP, {"x": x}, {"fmt": "fp32"})[0]
     want = reference_outputs(fwd.OP, fwd, {"x": x}, {"fmt": "fp32"})[0]

@@ -116,6 +116,15 @@ def test_optional_float_params_need_an_absent_value(tmp_path):
     assert e.field_path == ("params", "group", "absent") and "float" in e.message
 
 
+def test_packed_codes_fit_in_a_word(tmp_path):
+    """Two 12-bit codes fill three bytes exactly, but a code would span three words: rejected."""
+    e5m6 = (registry.specs_dir() / "formats" / "element" / "e5m6.yaml").read_text()
+    old = "pack: {codes: 8, words: 3, word: int32, order: msb_first}"
+    assert old in e5m6
+    e = _check(tmp_path, e5m6.replace(old, "pack: {codes: 2, words: 3, word: uint8, order: msb_first}"))
+    assert "codes of 12 bits are wider than a uint8 word" in str(e), e
+
+
 SWIGLU = (registry.specs_dir() / "fused" / "swiglu_forward.yaml").read_text()
 
 

@@ -117,7 +117,7 @@ class ElementFormat:
             return 1, 1
         import math
         num = self.pack.words * INT_DTYPES[self.pack.word]
-        den = self.pack.codes * CONTAINER_BYTES.get(self.torch_dtype, 1)
+        den = self.pack.codes * ITEMSIZE.get(self.torch_dtype, 1)
         g = math.gcd(num, den)
         return num // g, den // g
 
@@ -189,9 +189,6 @@ class ScaleFormat:
             return self.pack["word"]
         return "float32" if self.store == "float" else "uint8"
 
-
-CONTAINER_BYTES = {"int8": 1, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "bfloat16": 2, "float32": 4,
-                   "int16": 2, "uint16": 2, "int32": 4}
 
 
 @dataclass(frozen=True)

@@ -120,10 +120,11 @@ def _is(e: Expr, value) -> bool:
 
 
 def fold(e: Expr) -> Expr:
-    """Simplify the identities that hold for every operand, NaN included, bottom up: -(constant); a
-    comparison that no float passes (x > +inf, x < -inf) or of two constants; min(x, +inf) and
-    max(x, -inf) as x; and logic and selects on constant conditions. Nothing else changes, so the float32
-    operations that remain are exactly those written. (What an absent optional param, such as an infinite clamp, leaves behind.)"""
+    """Simplify a few identities, bottom up: -(constant); a comparison that no float passes (x > +inf,
+    x < -inf) or of two constants; min(x, +inf) and max(x, -inf) as x (for a NaN x, fminf would give
+    +inf, but kernel and reference are both printed from the folded tree, so they agree); and logic
+    and selects on constant conditions. Nothing else changes, so the float32 operations that remain are
+    exactly those written. (What an absent optional param, such as an infinite clamp, leaves behind.)"""
     if not isinstance(e, Op):
         return e
     args = tuple(fold(a) for a in e.args)

@@ -481,8 +481,8 @@ class _KernelLowering(RowFeatures):
                 value = f"T.if_then_else({guard}, {value}, {neutral})"
         if value == f"{src}[{idx}]":
             return src
-        masked = f"{src}_for_{st.kind}"
-        if all(name != masked for name, *_ in self.allocs):     # else a second reduction of one kind
+        masked = f"{src}_for_{st.kind}_over_{st.axis}"        # the guard depends on the axis reduced
+        if all(name != masked for name, *_ in self.allocs):     # else a second, identical reduction
             self.allocs.append((masked, self.tile_shape(st.src.axes), f'"{_alloc_dtype(st.src.dtype)}"', self.alloc))
             self.add_item(Loop(self.loop_axes(st.src.axes), assigns=[(f"{masked}[{idx}]", value)]))
         return masked

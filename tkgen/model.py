@@ -339,7 +339,10 @@ def build_format(doc: Document):
             if pk.codes * pk.width != pk.total:
                 raise doc.error(("pack",), f"{pk.codes} codes of {pk.width} bits do not fill {pk.words} {pk.word} "
                                            f"word(s) ({pk.total} bits) exactly")
-            if (pk.words * F.INT_DTYPES[pk.word]) % F.CONTAINER_BYTES.get(fmt.torch_dtype, 1):
+            if pk.width > pk.word_bits:
+                # kernels read a code from the word of its lowest bit and the next one: two words at most
+                raise doc.error(("pack",), f"codes of {pk.width} bits are wider than a {pk.word} word")
+            if (pk.words * F.INT_DTYPES[pk.word]) % F.ITEMSIZE.get(fmt.torch_dtype, 1):
                 raise doc.error(("container",), "a packet must hold a whole number of container elements")
             if fmt.native:
                 raise doc.error(("native",), "a packed format is stored through its software codec only")

@@ -442,11 +442,12 @@ class _Builder:
         return self.values[name]
 
     def prune(self, outputs):
-        """Drop steps whose value nothing uses (a load whose halves were all taken)."""
+        """Drop steps whose value nothing uses (a load whose halves were all taken, the reductions that feed
+        only an output this variant does not write)."""
         live = {v.name for v in outputs.values()} | set(self.at.values()) | ({self.keep.name} if self.keep else set())
         kept = []
         for st in reversed(self.steps):
-            if st.out.name not in live and isinstance(st, (Load, Map, Count, Gather)):
+            if st.out.name not in live and isinstance(st, (Load, Map, Reduce, TopK, Count, Gather)):
                 continue
             kept.append(st)
             if isinstance(st, (Map, Count)):

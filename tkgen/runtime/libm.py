@@ -3,9 +3,10 @@ that calls the same functions rounds exactly as they do (libm's float32 function
 so no other implementation agrees on every input: torch's vectorised exp differs on ~1% of inputs, a
 float64 exp rounded to float32 on ~0.08%).
 
-The functions are reached through a tiny C library compiled on first use with the C compiler TileLang's C
-backend uses, without fast-math (which would swap in the vector library), and cached by the hash of its
-source under $TKGEN_CACHE (default ~/.cache/tkgen).
+The functions are reached through a tiny C library compiled on first use with the system's C compiler,
+without fast-math (which would swap in the vector library), and cached by the hash of its source, flags and
+machine under $TKGEN_CACHE (default ~/.cache/tkgen, else a temporary directory). It links the same libm.so
+as TileLang's kernels, which the process resolves once, so both call the same `expf`.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -35,19 +37,30 @@ def _compiler() -> str:
     raise RuntimeError("tkgen references on the CPU need a C compiler (cc, gcc or clang) to reach libm's expf")
 
 
+def _cache_dir() -> Path:
+    cache = Path(os.environ.get("TKGEN_CACHE", Path.home() / ".cache" / "tkgen"))
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        return cache
+    except OSError:                       # a read-only home
+        return Path(tempfile.gettempdir())
+
+
 @functools.lru_cache(maxsize=None)
 def _library() -> ctypes.CDLL:
-    key = hashlib.sha256((_SOURCE + " ".join(_FLAGS)).encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("TKGEN_CACHE", Path.home() / ".cache" / "tkgen"))
+    key = hashlib.sha256(" ".join([_SOURCE, *_FLAGS, platform.machine()]).encode()).hexdigest()[:16]
+    cache = _cache_dir()
     lib = cache / f"libm_mirror_{key}.so"
     if not lib.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory() as tmp:
+        # built beside its final name, so that the rename is atomic (concurrent test workers never load a
+        # half-written file) and never crosses filesystems
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
             src, out = Path(tmp) / "libm_mirror.c", Path(tmp) / lib.name
             src.write_text(_SOURCE)
-            subprocess.run([_compiler(), *_FLAGS, "-o", str(out), str(src), "-lm"], check=True,
-                           capture_output=True)
-            os.replace(out, lib)          # atomic: concurrent test workers never load a half-written file
+            r = subprocess.run([_compiler(), *_FLAGS, "-o", str(out), str(src), "-lm"], capture_output=True, text=True)
+            if r.returncode:
+                raise RuntimeError(f"building tkgen's libm mirror failed:\n{r.stderr}")
+            os.replace(out, lib)
     dll = ctypes.CDLL(str(lib))
     for fn in (dll.tkgen_expf, dll.tkgen_logf):
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
@@ -56,6 +69,8 @@ def _library() -> ctypes.CDLL:
 
 
 def _apply(name: str, x: torch.Tensor) -> torch.Tensor:
+    if x.device.type != "cpu":
+        raise ValueError(f"libm mirror: a CPU tensor, not {x.device}")
     x = x.to(torch.float32).contiguous()
     y = torch.empty_like(x)
     if x.numel():

@@ -70,7 +70,7 @@ class OutputInfo:
     name: str
     shape_fn: Callable                 # (dims, variant) -> container shape
     dtype_fn: Callable                 # (variant, {input: dtype name}) -> torch dtype name of the container
-    exact: object = "bit"              # bit | {"ulp": n, "rate": r} | {"tol": {...}} | {"given": [...]}
+    exact: object = "bit"              # bit | bytes | {"ulp": n, "rate": r} | {"tol": {...}} | {"given": [...]}
     when: Optional[str] = None         # written only when this optional input or optional param is given, or
                                        # this boolean param is true (else empty)
     accumulate: bool = False           # a sum over the rows or a count: every block adds into it, so it starts at 0

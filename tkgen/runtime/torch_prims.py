@@ -155,10 +155,12 @@ def _add_at(values: torch.Tensor, pos: torch.Tensor, shape, keep=None) -> torch.
 def _count(cond: torch.Tensor, shape) -> torch.Tensor:
     """How many elements of `shape` a condition holds at (broadcast over the axes it does not vary over)."""
     return torch.broadcast_to(cond, shape).sum()
-# Library math, mirroring what the kernels of the inputs' device call. On the CPU, TileLang's C backend
-# calls libm's expf/logf (within 0.502 ulp; float64 rounded to float32 agrees with it on >99.9% of inputs,
-# torch's own float32 exp on ~99%) and prints rsqrt as 1.0f / sqrtf(x), two correctly rounded operations.
-# On CUDA the kernels and torch call the same CUDA math library (expf, logf, rsqrtf).
+
+
+# Library math: the functions the kernels of the inputs' device call. On the CPU, TileLang's C backend calls
+# libm's expf/logf, which no other implementation matches on every input, so the reference calls them too
+# (runtime/libm.py), and it prints rsqrt as 1.0f / sqrtf(x), two correctly rounded operations. On CUDA the
+# kernels and torch call the same CUDA math library (expf, logf, rsqrtf).
 def _exp(x: torch.Tensor) -> torch.Tensor:
     """The exp the kernels of the inputs' device call: CUDA's expf (through torch) or the CPU's libm expf."""
     return torch.exp(x) if x.is_cuda else libm.expf(x)

@@ -45,7 +45,7 @@ def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             sa = T.alloc_fragment((B_t,), "float32")
             for i_t, i_h in T.Parallel(B_t, B_h):
                 a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
@@ -64,8 +64,8 @@ def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, sa, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))
@@ -107,7 +107,7 @@ def build_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, b
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             sa = T.alloc_fragment((B_t,), "float32")
             for i_t, i_h in T.Parallel(B_t, B_h):
                 a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
@@ -131,8 +131,8 @@ def build_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, b
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, sa, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))
@@ -174,7 +174,7 @@ def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, thread
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             sa = T.alloc_fragment((B_t,), "float32")
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
@@ -197,8 +197,8 @@ def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, thread
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, sa, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor))))
@@ -244,7 +244,7 @@ def build_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             sa = T.alloc_fragment((B_t,), "float32")
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
@@ -272,8 +272,8 @@ def build_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, sa, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor))))
@@ -320,7 +320,7 @@ def build_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, cla
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             sa = T.alloc_fragment((B_t,), "float32")
             for i_t in T.Parallel(B_t):
                 _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
@@ -345,8 +345,8 @@ def build_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, cla
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, sa, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
@@ -400,7 +400,7 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             sa = T.alloc_fragment((B_t,), "float32")
             for i_t in T.Parallel(B_t):
                 _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
@@ -430,8 +430,8 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, sa, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
@@ -484,7 +484,7 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             sa = T.alloc_fragment((B_t,), "float32")
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
@@ -511,8 +511,8 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, sa, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
@@ -569,7 +569,7 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             sa = T.alloc_fragment((B_t,), "float32")
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
@@ -601,8 +601,8 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, sa, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
@@ -646,7 +646,7 @@ def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=128,
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             sa = T.alloc_fragment((B_t,), "float32")
             for i_t, i_h in T.Parallel(B_t, B_h):
                 a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
@@ -667,8 +667,8 @@ def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=128,
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, sa, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))
@@ -713,7 +713,7 @@ def build_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, t
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             sa = T.alloc_fragment((B_t,), "float32")
             for i_t, i_h in T.Parallel(B_t, B_h):
                 a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
@@ -739,8 +739,8 @@ def build_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, t
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, sa, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))
@@ -785,7 +785,7 @@ def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dty
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             sa = T.alloc_fragment((B_t,), "float32")
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
@@ -810,8 +810,8 @@ def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dty
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, sa, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor))))
@@ -860,7 +860,7 @@ def build_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, c
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             sa = T.alloc_fragment((B_t,), "float32")
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
@@ -890,8 +890,8 @@ def build_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, c
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, sa, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor))))
@@ -941,7 +941,7 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scalin
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             sa = T.alloc_fragment((B_t,), "float32")
             for i_t in T.Parallel(B_t):
                 _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
@@ -968,8 +968,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scalin
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, sa, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
@@ -1026,7 +1026,7 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             sa = T.alloc_fragment((B_t,), "float32")
             for i_t in T.Parallel(B_t):
                 _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
@@ -1058,8 +1058,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, sa, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
@@ -1115,7 +1115,7 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             sa = T.alloc_fragment((B_t,), "float32")
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
@@ -1144,8 +1144,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, sa, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
@@ -1205,7 +1205,7 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
             da = T.alloc_fragment((B_t, B_h), "float32")
             db = T.alloc_fragment((B_t, B_h), "float32")
             ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             sa = T.alloc_fragment((B_t,), "float32")
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
@@ -1239,8 +1239,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, sa, dim=1)
+                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))

@@ -49,18 +49,14 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             go = T.alloc_local((B_t, B_g, B_c), "float32")
             t1 = T.alloc_local((B_t, B_g, B_c), "float32")
             sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
             gws = T.alloc_local((B_t, B_g, B_c), "float32")
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -78,7 +74,6 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
@@ -87,8 +82,8 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -97,10 +92,6 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
 
     return kernel
 
@@ -140,18 +131,14 @@ def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             go = T.alloc_local((B_t, B_g, B_c), "float32")
             t1 = T.alloc_local((B_t, B_g, B_c), "float32")
             sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
             gws = T.alloc_local((B_t, B_g, B_c), "float32")
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -171,7 +158,6 @@ def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
@@ -180,8 +166,8 @@ def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -190,10 +176,6 @@ def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
 
     return kernel
 
@@ -241,7 +223,7 @@ def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
@@ -278,8 +260,8 @@ def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -344,7 +326,7 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
@@ -383,8 +365,8 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -443,13 +425,10 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -476,8 +455,8 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -486,10 +465,6 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
@@ -538,13 +513,10 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -573,8 +545,8 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -583,10 +555,6 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
@@ -638,7 +606,7 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
@@ -675,8 +643,8 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -745,7 +713,7 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
@@ -784,8 +752,8 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -841,18 +809,14 @@ def build_fp32_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             go = T.alloc_local((B_t, B_g, B_c), "float32")
             t1 = T.alloc_local((B_t, B_g, B_c), "float32")
             sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
             gws = T.alloc_local((B_t, B_g, B_c), "float32")
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -870,7 +834,6 @@ def build_fp32_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
@@ -879,8 +842,8 @@ def build_fp32_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -889,10 +852,6 @@ def build_fp32_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
 
     return kernel
 
@@ -932,18 +891,14 @@ def build_fp32_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             go = T.alloc_local((B_t, B_g, B_c), "float32")
             t1 = T.alloc_local((B_t, B_g, B_c), "float32")
             sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
             gws = T.alloc_local((B_t, B_g, B_c), "float32")
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -963,7 +918,6 @@ def build_fp32_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
@@ -972,8 +926,8 @@ def build_fp32_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -982,10 +936,6 @@ def build_fp32_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
 
     return kernel
 
@@ -1033,7 +983,7 @@ def build_fp32_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
@@ -1070,8 +1020,8 @@ def build_fp32_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -1136,7 +1086,7 @@ def build_fp32_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
@@ -1175,8 +1125,8 @@ def build_fp32_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -1235,13 +1185,10 @@ def build_fp32_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -1268,8 +1215,8 @@ def build_fp32_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -1278,10 +1225,6 @@ def build_fp32_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
@@ -1330,13 +1273,10 @@ def build_fp32_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -1365,8 +1305,8 @@ def build_fp32_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -1375,10 +1315,6 @@ def build_fp32_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
@@ -1430,7 +1366,7 @@ def build_fp32_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
@@ -1467,8 +1403,8 @@ def build_fp32_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -1537,7 +1473,7 @@ def build_fp32_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
@@ -1576,8 +1512,8 @@ def build_fp32_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -1633,18 +1569,14 @@ def build_pow2_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             go = T.alloc_local((B_t, B_g, B_c), "float32")
             t1 = T.alloc_local((B_t, B_g, B_c), "float32")
             sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
             gws = T.alloc_local((B_t, B_g, B_c), "float32")
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -1662,7 +1594,6 @@ def build_pow2_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
@@ -1671,8 +1602,8 @@ def build_pow2_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1681,10 +1612,6 @@ def build_pow2_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
 
     return kernel
 
@@ -1724,18 +1651,14 @@ def build_pow2_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             go = T.alloc_local((B_t, B_g, B_c), "float32")
             t1 = T.alloc_local((B_t, B_g, B_c), "float32")
             sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
             gws = T.alloc_local((B_t, B_g, B_c), "float32")
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -1755,7 +1678,6 @@ def build_pow2_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
@@ -1764,8 +1686,8 @@ def build_pow2_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1774,10 +1696,6 @@ def build_pow2_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
 
     return kernel
 
@@ -1825,7 +1743,7 @@ def build_pow2_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
@@ -1862,8 +1780,8 @@ def build_pow2_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1928,7 +1846,7 @@ def build_pow2_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
@@ -1967,8 +1885,8 @@ def build_pow2_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2027,13 +1945,10 @@ def build_pow2_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -2060,8 +1975,8 @@ def build_pow2_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2070,10 +1985,6 @@ def build_pow2_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
@@ -2122,13 +2033,10 @@ def build_pow2_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -2157,8 +2065,8 @@ def build_pow2_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2167,10 +2075,6 @@ def build_pow2_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
@@ -2222,7 +2126,7 @@ def build_pow2_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
@@ -2259,8 +2163,8 @@ def build_pow2_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2329,7 +2233,7 @@ def build_pow2_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
@@ -2368,8 +2272,8 @@ def build_pow2_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2425,18 +2329,14 @@ def build_pow2_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             go = T.alloc_local((B_t, B_g, B_c), "float32")
             t1 = T.alloc_local((B_t, B_g, B_c), "float32")
             sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
             gws = T.alloc_local((B_t, B_g, B_c), "float32")
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -2454,7 +2354,6 @@ def build_pow2_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
@@ -2463,8 +2362,8 @@ def build_pow2_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2473,10 +2372,6 @@ def build_pow2_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
 
     return kernel
 
@@ -2516,18 +2411,14 @@ def build_pow2_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             go = T.alloc_local((B_t, B_g, B_c), "float32")
             t1 = T.alloc_local((B_t, B_g, B_c), "float32")
             sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
             gws = T.alloc_local((B_t, B_g, B_c), "float32")
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -2547,7 +2438,6 @@ def build_pow2_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
@@ -2556,8 +2446,8 @@ def build_pow2_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2566,10 +2456,6 @@ def build_pow2_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
 
     return kernel
 
@@ -2617,7 +2503,7 @@ def build_pow2_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
@@ -2654,8 +2540,8 @@ def build_pow2_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2720,7 +2606,7 @@ def build_pow2_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
@@ -2759,8 +2645,8 @@ def build_pow2_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2819,13 +2705,10 @@ def build_pow2_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -2852,8 +2735,8 @@ def build_pow2_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2862,10 +2745,6 @@ def build_pow2_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
@@ -2914,13 +2793,10 @@ def build_pow2_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -2949,8 +2825,8 @@ def build_pow2_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2959,10 +2835,6 @@ def build_pow2_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
@@ -3014,7 +2886,7 @@ def build_pow2_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
@@ -3051,8 +2923,8 @@ def build_pow2_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -3121,7 +2993,7 @@ def build_pow2_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
@@ -3160,8 +3032,8 @@ def build_pow2_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -3219,19 +3091,15 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
             go = T.alloc_local((B_t, B_g, B_c), "float32")
             t1 = T.alloc_local((B_t, B_g, B_c), "float32")
             sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
             gws = T.alloc_local((B_t, B_g, B_c), "float32")
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -3249,7 +3117,6 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
@@ -3258,8 +3125,8 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3271,10 +3138,6 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
 
     return kernel
 
@@ -3316,19 +3179,15 @@ def build_ue8m0_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act
             go = T.alloc_local((B_t, B_g, B_c), "float32")
             t1 = T.alloc_local((B_t, B_g, B_c), "float32")
             sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
             gws = T.alloc_local((B_t, B_g, B_c), "float32")
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -3348,7 +3207,6 @@ def build_ue8m0_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
@@ -3357,8 +3215,8 @@ def build_ue8m0_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3370,10 +3228,6 @@ def build_ue8m0_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
 
     return kernel
 
@@ -3423,7 +3277,7 @@ def build_ue8m0_row_false_with_weights(H, group, routed_scaling_factor, clamp, a
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
@@ -3461,8 +3315,8 @@ def build_ue8m0_row_false_with_weights(H, group, routed_scaling_factor, clamp, a
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3532,7 +3386,7 @@ def build_ue8m0_row_false_with_weights_with_clamp(H, group, routed_scaling_facto
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
@@ -3572,8 +3426,8 @@ def build_ue8m0_row_false_with_weights_with_clamp(H, group, routed_scaling_facto
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3637,14 +3491,11 @@ def build_ue8m0_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -3671,8 +3522,8 @@ def build_ue8m0_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3684,10 +3535,6 @@ def build_ue8m0_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
@@ -3738,14 +3585,11 @@ def build_ue8m0_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -3774,8 +3618,8 @@ def build_ue8m0_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3787,10 +3631,6 @@ def build_ue8m0_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
@@ -3844,7 +3684,7 @@ def build_ue8m0_row_true_with_weights(H, group, routed_scaling_factor, clamp, ac
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
@@ -3882,8 +3722,8 @@ def build_ue8m0_row_true_with_weights(H, group, routed_scaling_factor, clamp, ac
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3957,7 +3797,7 @@ def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
@@ -3997,8 +3837,8 @@ def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4059,19 +3899,15 @@ def build_ue8m0_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
             go = T.alloc_local((B_t, B_g, B_c), "float32")
             t1 = T.alloc_local((B_t, B_g, B_c), "float32")
             sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
             gws = T.alloc_local((B_t, B_g, B_c), "float32")
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -4089,7 +3925,6 @@ def build_ue8m0_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
@@ -4098,8 +3933,8 @@ def build_ue8m0_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4111,10 +3946,6 @@ def build_ue8m0_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
 
     return kernel
 
@@ -4156,19 +3987,15 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
             go = T.alloc_local((B_t, B_g, B_c), "float32")
             t1 = T.alloc_local((B_t, B_g, B_c), "float32")
             sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
             gws = T.alloc_local((B_t, B_g, B_c), "float32")
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -4188,7 +4015,6 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
@@ -4197,8 +4023,8 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4210,10 +4036,6 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
 
     return kernel
 
@@ -4263,7 +4085,7 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
@@ -4301,8 +4123,8 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4372,7 +4194,7 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
@@ -4412,8 +4234,8 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4477,14 +4299,11 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -4511,8 +4330,8 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4524,10 +4343,6 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
@@ -4578,14 +4393,11 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
             inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
@@ -4614,8 +4426,8 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4627,10 +4439,6 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (b_t * B_t + i_t) < N_t:
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
@@ -4684,7 +4492,7 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
@@ -4722,8 +4530,8 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4797,7 +4605,7 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
             da = T.alloc_local((B_t, B_g, B_c), "float32")
             db = T.alloc_local((B_t, B_g, B_c), "float32")
             dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
             amax = T.alloc_local((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
@@ -4837,8 +4645,8 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))

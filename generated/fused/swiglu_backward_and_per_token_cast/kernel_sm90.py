@@ -48,20 +48,14 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             go = T.alloc_fragment((B_t, B_g, B_c), "float32")
             t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -79,7 +73,6 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
@@ -88,8 +81,8 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -98,14 +91,6 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
 
     return kernel
 
@@ -145,20 +130,14 @@ def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             go = T.alloc_fragment((B_t, B_g, B_c), "float32")
             t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -178,7 +157,6 @@ def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
@@ -187,8 +165,8 @@ def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -197,14 +175,6 @@ def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
 
     return kernel
 
@@ -252,14 +222,14 @@ def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -291,8 +261,8 @@ def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -304,11 +274,11 @@ def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -361,14 +331,14 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -402,8 +372,8 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -415,11 +385,11 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -466,15 +436,10 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -501,8 +466,8 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -511,14 +476,6 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
@@ -567,15 +524,10 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -604,8 +556,8 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -614,14 +566,6 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
@@ -673,14 +617,14 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -712,8 +656,8 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -725,11 +669,11 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -786,14 +730,14 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -827,8 +771,8 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -840,11 +784,11 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -888,20 +832,14 @@ def build_fp32_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             go = T.alloc_fragment((B_t, B_g, B_c), "float32")
             t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -919,7 +857,6 @@ def build_fp32_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
@@ -928,8 +865,8 @@ def build_fp32_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -938,14 +875,6 @@ def build_fp32_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
 
     return kernel
 
@@ -985,20 +914,14 @@ def build_fp32_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             go = T.alloc_fragment((B_t, B_g, B_c), "float32")
             t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -1018,7 +941,6 @@ def build_fp32_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
@@ -1027,8 +949,8 @@ def build_fp32_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -1037,14 +959,6 @@ def build_fp32_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
 
     return kernel
 
@@ -1092,14 +1006,14 @@ def build_fp32_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -1131,8 +1045,8 @@ def build_fp32_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -1144,11 +1058,11 @@ def build_fp32_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -1201,14 +1115,14 @@ def build_fp32_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -1242,8 +1156,8 @@ def build_fp32_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -1255,11 +1169,11 @@ def build_fp32_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -1306,15 +1220,10 @@ def build_fp32_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -1341,8 +1250,8 @@ def build_fp32_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -1351,14 +1260,6 @@ def build_fp32_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
@@ -1407,15 +1308,10 @@ def build_fp32_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -1444,8 +1340,8 @@ def build_fp32_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -1454,14 +1350,6 @@ def build_fp32_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
@@ -1513,14 +1401,14 @@ def build_fp32_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -1552,8 +1440,8 @@ def build_fp32_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -1565,11 +1453,11 @@ def build_fp32_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -1626,14 +1514,14 @@ def build_fp32_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -1667,8 +1555,8 @@ def build_fp32_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
@@ -1680,11 +1568,11 @@ def build_fp32_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -1728,20 +1616,14 @@ def build_pow2_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             go = T.alloc_fragment((B_t, B_g, B_c), "float32")
             t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -1759,7 +1641,6 @@ def build_pow2_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
@@ -1768,8 +1649,8 @@ def build_pow2_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1778,14 +1659,6 @@ def build_pow2_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
 
     return kernel
 
@@ -1825,20 +1698,14 @@ def build_pow2_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             go = T.alloc_fragment((B_t, B_g, B_c), "float32")
             t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -1858,7 +1725,6 @@ def build_pow2_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
@@ -1867,8 +1733,8 @@ def build_pow2_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1877,14 +1743,6 @@ def build_pow2_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
 
     return kernel
 
@@ -1932,14 +1790,14 @@ def build_pow2_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -1971,8 +1829,8 @@ def build_pow2_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1984,11 +1842,11 @@ def build_pow2_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -2041,14 +1899,14 @@ def build_pow2_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -2082,8 +1940,8 @@ def build_pow2_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2095,11 +1953,11 @@ def build_pow2_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -2146,15 +2004,10 @@ def build_pow2_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -2181,8 +2034,8 @@ def build_pow2_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2191,14 +2044,6 @@ def build_pow2_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
@@ -2247,15 +2092,10 @@ def build_pow2_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -2284,8 +2124,8 @@ def build_pow2_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2294,14 +2134,6 @@ def build_pow2_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
@@ -2353,14 +2185,14 @@ def build_pow2_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -2392,8 +2224,8 @@ def build_pow2_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2405,11 +2237,11 @@ def build_pow2_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -2466,14 +2298,14 @@ def build_pow2_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -2507,8 +2339,8 @@ def build_pow2_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2520,11 +2352,11 @@ def build_pow2_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -2568,20 +2400,14 @@ def build_pow2_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             go = T.alloc_fragment((B_t, B_g, B_c), "float32")
             t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -2599,7 +2425,6 @@ def build_pow2_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
@@ -2608,8 +2433,8 @@ def build_pow2_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2618,14 +2443,6 @@ def build_pow2_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
 
     return kernel
 
@@ -2665,20 +2482,14 @@ def build_pow2_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             go = T.alloc_fragment((B_t, B_g, B_c), "float32")
             t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -2698,7 +2509,6 @@ def build_pow2_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
@@ -2707,8 +2517,8 @@ def build_pow2_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2717,14 +2527,6 @@ def build_pow2_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
 
     return kernel
 
@@ -2772,14 +2574,14 @@ def build_pow2_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -2811,8 +2613,8 @@ def build_pow2_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2824,11 +2626,11 @@ def build_pow2_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -2881,14 +2683,14 @@ def build_pow2_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -2922,8 +2724,8 @@ def build_pow2_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2935,11 +2737,11 @@ def build_pow2_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -2986,15 +2788,10 @@ def build_pow2_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -3021,8 +2818,8 @@ def build_pow2_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -3031,14 +2828,6 @@ def build_pow2_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
@@ -3087,15 +2876,10 @@ def build_pow2_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -3124,8 +2908,8 @@ def build_pow2_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -3134,14 +2918,6 @@ def build_pow2_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
@@ -3193,14 +2969,14 @@ def build_pow2_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -3232,8 +3008,8 @@ def build_pow2_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -3245,11 +3021,11 @@ def build_pow2_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -3306,14 +3082,14 @@ def build_pow2_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -3347,8 +3123,8 @@ def build_pow2_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -3360,11 +3136,11 @@ def build_pow2_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -3410,21 +3186,15 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
             go = T.alloc_fragment((B_t, B_g, B_c), "float32")
             t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -3442,7 +3212,6 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
@@ -3451,8 +3220,8 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3464,14 +3233,6 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
 
     return kernel
 
@@ -3513,21 +3274,15 @@ def build_ue8m0_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act
             go = T.alloc_fragment((B_t, B_g, B_c), "float32")
             t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -3547,7 +3302,6 @@ def build_ue8m0_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
@@ -3556,8 +3310,8 @@ def build_ue8m0_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3569,14 +3323,6 @@ def build_ue8m0_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
 
     return kernel
 
@@ -3626,15 +3372,15 @@ def build_ue8m0_row_false_with_weights(H, group, routed_scaling_factor, clamp, a
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -3666,8 +3412,8 @@ def build_ue8m0_row_false_with_weights(H, group, routed_scaling_factor, clamp, a
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3682,11 +3428,11 @@ def build_ue8m0_row_false_with_weights(H, group, routed_scaling_factor, clamp, a
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -3741,15 +3487,15 @@ def build_ue8m0_row_false_with_weights_with_clamp(H, group, routed_scaling_facto
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -3783,8 +3529,8 @@ def build_ue8m0_row_false_with_weights_with_clamp(H, group, routed_scaling_facto
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3799,11 +3545,11 @@ def build_ue8m0_row_false_with_weights_with_clamp(H, group, routed_scaling_facto
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -3852,16 +3598,11 @@ def build_ue8m0_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -3888,8 +3629,8 @@ def build_ue8m0_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3901,14 +3642,6 @@ def build_ue8m0_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
@@ -3959,16 +3692,11 @@ def build_ue8m0_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -3997,8 +3725,8 @@ def build_ue8m0_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4010,14 +3738,6 @@ def build_ue8m0_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
@@ -4071,15 +3791,15 @@ def build_ue8m0_row_true_with_weights(H, group, routed_scaling_factor, clamp, ac
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -4111,8 +3831,8 @@ def build_ue8m0_row_true_with_weights(H, group, routed_scaling_factor, clamp, ac
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4127,11 +3847,11 @@ def build_ue8m0_row_true_with_weights(H, group, routed_scaling_factor, clamp, ac
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -4190,15 +3910,15 @@ def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -4232,8 +3952,8 @@ def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4248,11 +3968,11 @@ def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -4298,21 +4018,15 @@ def build_ue8m0_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
             go = T.alloc_fragment((B_t, B_g, B_c), "float32")
             t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -4330,7 +4044,6 @@ def build_ue8m0_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
@@ -4339,8 +4052,8 @@ def build_ue8m0_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4352,14 +4065,6 @@ def build_ue8m0_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
 
     return kernel
 
@@ -4401,21 +4106,15 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
             go = T.alloc_fragment((B_t, B_g, B_c), "float32")
             t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -4435,7 +4134,6 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
@@ -4444,8 +4142,8 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4457,14 +4155,6 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
 
     return kernel
 
@@ -4514,15 +4204,15 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -4554,8 +4244,8 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4570,11 +4260,11 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -4629,15 +4319,15 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -4671,8 +4361,8 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4687,11 +4377,11 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -4740,16 +4430,11 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -4776,8 +4461,8 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4789,14 +4474,6 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
@@ -4847,16 +4524,11 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -4885,8 +4557,8 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4898,14 +4570,6 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(T.if_then_else(T.isnan((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.clamp((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), T.float32(-448.0), T.float32(448.0))), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
@@ -4959,15 +4623,15 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -4999,8 +4663,8 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -5015,11 +4679,11 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -5078,15 +4742,15 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
             da = T.alloc_fragment((B_t, B_g, B_c), "float32")
             db = T.alloc_fragment((B_t, B_g, B_c), "float32")
             dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
+            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
             inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
             ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t6 = T.alloc_fragment((B_t,), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
@@ -5120,8 +4784,8 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax, _t5, dim=3)
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -5136,11 +4800,11 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum, wg, dim=2)
+                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum, _t6, dim=1)
+                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))

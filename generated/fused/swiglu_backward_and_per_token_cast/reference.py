@@ -26,7 +26,6 @@ def reference_fp32_row_false(q, sf, act_x_grad, weights, group, routed_scaling_f
         go = act_x_grad.to(torch.float32).reshape(N_t, N_g, N_c)
         t1 = (_f32(1.0) + _exp((-a0)))
         sg = (_f32(1.0) / t1)
-        act = ((a0 / t1) * b0)
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
@@ -37,9 +36,6 @@ def reference_fp32_row_false(q, sf, act_x_grad, weights, group, routed_scaling_f
         x_grad_sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
 
 
@@ -62,7 +58,6 @@ def reference_fp32_row_false_with_clamp(q, sf, act_x_grad, weights, group, route
         go = act_x_grad.to(torch.float32).reshape(N_t, N_g, N_c)
         t1 = (_f32(1.0) + _exp((-a)))
         sg = (_f32(1.0) / t1)
-        act = ((a / t1) * b)
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
@@ -73,9 +68,6 @@ def reference_fp32_row_false_with_clamp(q, sf, act_x_grad, weights, group, route
         x_grad_sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
 
 
@@ -183,9 +175,6 @@ def reference_fp32_row_true(q, sf, act_x_grad, weights, group, routed_scaling_fa
         x_grad_sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
@@ -220,9 +209,6 @@ def reference_fp32_row_true_with_clamp(q, sf, act_x_grad, weights, group, routed
         x_grad_sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
@@ -322,7 +308,6 @@ def reference_fp32_col_false(q, sf, act_x_grad, weights, group, routed_scaling_f
         go = act_x_grad.to(torch.float32).reshape(N_t, N_g, N_c)
         t1 = (_f32(1.0) + _exp((-a0)))
         sg = (_f32(1.0) / t1)
-        act = ((a0 / t1) * b0)
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
@@ -333,9 +318,6 @@ def reference_fp32_col_false(q, sf, act_x_grad, weights, group, routed_scaling_f
         x_grad_sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
 
 
@@ -358,7 +340,6 @@ def reference_fp32_col_false_with_clamp(q, sf, act_x_grad, weights, group, route
         go = act_x_grad.to(torch.float32).reshape(N_t, N_g, N_c)
         t1 = (_f32(1.0) + _exp((-a)))
         sg = (_f32(1.0) / t1)
-        act = ((a / t1) * b)
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
@@ -369,9 +350,6 @@ def reference_fp32_col_false_with_clamp(q, sf, act_x_grad, weights, group, route
         x_grad_sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
 
 
@@ -479,9 +457,6 @@ def reference_fp32_col_true(q, sf, act_x_grad, weights, group, routed_scaling_fa
         x_grad_sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
@@ -516,9 +491,6 @@ def reference_fp32_col_true_with_clamp(q, sf, act_x_grad, weights, group, routed
         x_grad_sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
@@ -618,7 +590,6 @@ def reference_pow2_row_false(q, sf, act_x_grad, weights, group, routed_scaling_f
         go = act_x_grad.to(torch.float32).reshape(N_t, N_g, N_c)
         t1 = (_f32(1.0) + _exp((-a0)))
         sg = (_f32(1.0) / t1)
-        act = ((a0 / t1) * b0)
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
@@ -629,9 +600,6 @@ def reference_pow2_row_false(q, sf, act_x_grad, weights, group, routed_scaling_f
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
 
 
@@ -654,7 +622,6 @@ def reference_pow2_row_false_with_clamp(q, sf, act_x_grad, weights, group, route
         go = act_x_grad.to(torch.float32).reshape(N_t, N_g, N_c)
         t1 = (_f32(1.0) + _exp((-a)))
         sg = (_f32(1.0) / t1)
-        act = ((a / t1) * b)
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
@@ -665,9 +632,6 @@ def reference_pow2_row_false_with_clamp(q, sf, act_x_grad, weights, group, route
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
 
 
@@ -775,9 +739,6 @@ def reference_pow2_row_true(q, sf, act_x_grad, weights, group, routed_scaling_fa
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
@@ -812,9 +773,6 @@ def reference_pow2_row_true_with_clamp(q, sf, act_x_grad, weights, group, routed
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
@@ -914,7 +872,6 @@ def reference_pow2_col_false(q, sf, act_x_grad, weights, group, routed_scaling_f
         go = act_x_grad.to(torch.float32).reshape(N_t, N_g, N_c)
         t1 = (_f32(1.0) + _exp((-a0)))
         sg = (_f32(1.0) / t1)
-        act = ((a0 / t1) * b0)
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
@@ -925,9 +882,6 @@ def reference_pow2_col_false(q, sf, act_x_grad, weights, group, routed_scaling_f
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
 
 
@@ -950,7 +904,6 @@ def reference_pow2_col_false_with_clamp(q, sf, act_x_grad, weights, group, route
         go = act_x_grad.to(torch.float32).reshape(N_t, N_g, N_c)
         t1 = (_f32(1.0) + _exp((-a)))
         sg = (_f32(1.0) / t1)
-        act = ((a / t1) * b)
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
@@ -961,9 +914,6 @@ def reference_pow2_col_false_with_clamp(q, sf, act_x_grad, weights, group, route
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
 
 
@@ -1071,9 +1021,6 @@ def reference_pow2_col_true(q, sf, act_x_grad, weights, group, routed_scaling_fa
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
@@ -1108,9 +1055,6 @@ def reference_pow2_col_true_with_clamp(q, sf, act_x_grad, weights, group, routed
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
@@ -1210,7 +1154,6 @@ def reference_ue8m0_row_false(q, sf, act_x_grad, weights, group, routed_scaling_
         go = act_x_grad.to(torch.float32).reshape(N_t, N_g, N_c)
         t1 = (_f32(1.0) + _exp((-a0)))
         sg = (_f32(1.0) / t1)
-        act = ((a0 / t1) * b0)
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
@@ -1221,9 +1164,6 @@ def reference_ue8m0_row_false(q, sf, act_x_grad, weights, group, routed_scaling_
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
 
 
@@ -1246,7 +1186,6 @@ def reference_ue8m0_row_false_with_clamp(q, sf, act_x_grad, weights, group, rout
         go = act_x_grad.to(torch.float32).reshape(N_t, N_g, N_c)
         t1 = (_f32(1.0) + _exp((-a)))
         sg = (_f32(1.0) / t1)
-        act = ((a / t1) * b)
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
@@ -1257,9 +1196,6 @@ def reference_ue8m0_row_false_with_clamp(q, sf, act_x_grad, weights, group, rout
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
 
 
@@ -1367,9 +1303,6 @@ def reference_ue8m0_row_true(q, sf, act_x_grad, weights, group, routed_scaling_f
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
@@ -1404,9 +1337,6 @@ def reference_ue8m0_row_true_with_clamp(q, sf, act_x_grad, weights, group, route
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
@@ -1506,7 +1436,6 @@ def reference_ue8m0_col_false(q, sf, act_x_grad, weights, group, routed_scaling_
         go = act_x_grad.to(torch.float32).reshape(N_t, N_g, N_c)
         t1 = (_f32(1.0) + _exp((-a0)))
         sg = (_f32(1.0) / t1)
-        act = ((a0 / t1) * b0)
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
@@ -1517,9 +1446,6 @@ def reference_ue8m0_col_false(q, sf, act_x_grad, weights, group, routed_scaling_
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(_pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
 
 
@@ -1542,7 +1468,6 @@ def reference_ue8m0_col_false_with_clamp(q, sf, act_x_grad, weights, group, rout
         go = act_x_grad.to(torch.float32).reshape(N_t, N_g, N_c)
         t1 = (_f32(1.0) + _exp((-a)))
         sg = (_f32(1.0) / t1)
-        act = ((a / t1) * b)
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
@@ -1553,9 +1478,6 @@ def reference_ue8m0_col_false_with_clamp(q, sf, act_x_grad, weights, group, rout
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(_pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
 
 
@@ -1663,9 +1585,6 @@ def reference_ue8m0_col_true(q, sf, act_x_grad, weights, group, routed_scaling_f
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(_pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
@@ -1700,9 +1619,6 @@ def reference_ue8m0_col_true_with_clamp(q, sf, act_x_grad, weights, group, route
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        ga = (go * act)
-        wg = ga.sum(dim=2)
-        _t6 = wg.sum(dim=1)
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
         return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(_pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 

@@ -39,7 +39,7 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=1, block_k=1):
             a = T.alloc_local((B_k, B_r, B_h), "float32")
             b = T.alloc_local((B_k, B_r, B_h), "float32")
             act = T.alloc_local((B_k, B_r, B_h), "float32")
-            act_for_absmax = T.alloc_local((B_k, B_r, B_h), "float32")
+            act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), "float32")
             _t0 = T.alloc_local((B_k, B_h), "float32")
             amax = T.alloc_local((B_k, B_h), "float32")
             inv = T.alloc_local((B_k, B_h), "float32")
@@ -51,8 +51,8 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=1, block_k=1):
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else(((b_k * B_k + i_k) * N_r + i_r) < T_, T.if_then_else(T.isnan(act[i_k, i_r, i_h]), T.float32(0.0), act[i_k, i_r, i_h]), T.float32(0.0))
-            T.reduce_absmax(act_for_absmax, _t0, dim=1)
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else(((b_k * B_k + i_k) * N_r + i_r) < T_, T.if_then_else(T.isnan(act[i_k, i_r, i_h]), T.float32(0.0), act[i_k, i_r, i_h]), T.float32(0.0))
+            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
                 inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
@@ -90,7 +90,7 @@ def build_e4m3_fp32_false(H, group_tokens, x_dtype, *, threads=1, block_k=1):
             a = T.alloc_local((B_k, B_r, B_h), "float32")
             b = T.alloc_local((B_k, B_r, B_h), "float32")
             act = T.alloc_local((B_k, B_r, B_h), "float32")
-            act_for_absmax = T.alloc_local((B_k, B_r, B_h), "float32")
+            act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), "float32")
             _t0 = T.alloc_local((B_k, B_h), "float32")
             amax = T.alloc_local((B_k, B_h), "float32")
             inv = T.alloc_local((B_k, B_h), "float32")
@@ -101,8 +101,8 @@ def build_e4m3_fp32_false(H, group_tokens, x_dtype, *, threads=1, block_k=1):
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else(((b_k * B_k + i_k) * N_r + i_r) < T_, T.if_then_else(T.isnan(act[i_k, i_r, i_h]), T.float32(0.0), act[i_k, i_r, i_h]), T.float32(0.0))
-            T.reduce_absmax(act_for_absmax, _t0, dim=1)
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else(((b_k * B_k + i_k) * N_r + i_r) < T_, T.if_then_else(T.isnan(act[i_k, i_r, i_h]), T.float32(0.0), act[i_k, i_r, i_h]), T.float32(0.0))
+            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
                 inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
@@ -138,7 +138,7 @@ def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=1, block_k=1):
             a = T.alloc_local((B_k, B_r, B_h), "float32")
             b = T.alloc_local((B_k, B_r, B_h), "float32")
             act = T.alloc_local((B_k, B_r, B_h), "float32")
-            act_for_absmax = T.alloc_local((B_k, B_r, B_h), "float32")
+            act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), "float32")
             _t0 = T.alloc_local((B_k, B_h), "float32")
             amax = T.alloc_local((B_k, B_h), "float32")
             inv = T.alloc_local((B_k, B_h), "float32")
@@ -150,8 +150,8 @@ def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=1, block_k=1):
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else(((b_k * B_k + i_k) * N_r + i_r) < T_, T.if_then_else(T.isnan(act[i_k, i_r, i_h]), T.float32(0.0), act[i_k, i_r, i_h]), T.float32(0.0))
-            T.reduce_absmax(act_for_absmax, _t0, dim=1)
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else(((b_k * B_k + i_k) * N_r + i_r) < T_, T.if_then_else(T.isnan(act[i_k, i_r, i_h]), T.float32(0.0), act[i_k, i_r, i_h]), T.float32(0.0))
+            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
                 inv[i_k, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -189,7 +189,7 @@ def build_e4m3_pow2_false(H, group_tokens, x_dtype, *, threads=1, block_k=1):
             a = T.alloc_local((B_k, B_r, B_h), "float32")
             b = T.alloc_local((B_k, B_r, B_h), "float32")
             act = T.alloc_local((B_k, B_r, B_h), "float32")
-            act_for_absmax = T.alloc_local((B_k, B_r, B_h), "float32")
+            act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), "float32")
             _t0 = T.alloc_local((B_k, B_h), "float32")
             amax = T.alloc_local((B_k, B_h), "float32")
             inv = T.alloc_local((B_k, B_h), "float32")
@@ -200,8 +200,8 @@ def build_e4m3_pow2_false(H, group_tokens, x_dtype, *, threads=1, block_k=1):
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else(((b_k * B_k + i_k) * N_r + i_r) < T_, T.if_then_else(T.isnan(act[i_k, i_r, i_h]), T.float32(0.0), act[i_k, i_r, i_h]), T.float32(0.0))
-            T.reduce_absmax(act_for_absmax, _t0, dim=1)
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else(((b_k * B_k + i_k) * N_r + i_r) < T_, T.if_then_else(T.isnan(act[i_k, i_r, i_h]), T.float32(0.0), act[i_k, i_r, i_h]), T.float32(0.0))
+            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
                 inv[i_k, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -237,7 +237,7 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=1, block_k=1):
             a = T.alloc_local((B_k, B_r, B_h), "float32")
             b = T.alloc_local((B_k, B_r, B_h), "float32")
             act = T.alloc_local((B_k, B_r, B_h), "float32")
-            act_for_absmax = T.alloc_local((B_k, B_r, B_h), "float32")
+            act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), "float32")
             _t0 = T.alloc_local((B_k, B_h), "float32")
             amax = T.alloc_local((B_k, B_h), "float32")
             sf_codes = T.alloc_local((B_k, B_h), "uint32")
@@ -250,8 +250,8 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=1, block_k=1):
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else(((b_k * B_k + i_k) * N_r + i_r) < T_, T.if_then_else(T.isnan(act[i_k, i_r, i_h]), T.float32(0.0), act[i_k, i_r, i_h]), T.float32(0.0))
-            T.reduce_absmax(act_for_absmax, _t0, dim=1)
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else(((b_k * B_k + i_k) * N_r + i_r) < T_, T.if_then_else(T.isnan(act[i_k, i_r, i_h]), T.float32(0.0), act[i_k, i_r, i_h]), T.float32(0.0))
+            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
                 sf_codes[i_k, i_h] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -292,7 +292,7 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads=1, block_k=1):
             a = T.alloc_local((B_k, B_r, B_h), "float32")
             b = T.alloc_local((B_k, B_r, B_h), "float32")
             act = T.alloc_local((B_k, B_r, B_h), "float32")
-            act_for_absmax = T.alloc_local((B_k, B_r, B_h), "float32")
+            act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), "float32")
             _t0 = T.alloc_local((B_k, B_h), "float32")
             amax = T.alloc_local((B_k, B_h), "float32")
             sf_codes = T.alloc_local((B_k, B_h), "uint32")
@@ -304,8 +304,8 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads=1, block_k=1):
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else(((b_k * B_k + i_k) * N_r + i_r) < T_, T.if_then_else(T.isnan(act[i_k, i_r, i_h]), T.float32(0.0), act[i_k, i_r, i_h]), T.float32(0.0))
-            T.reduce_absmax(act_for_absmax, _t0, dim=1)
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else(((b_k * B_k + i_k) * N_r + i_r) < T_, T.if_then_else(T.isnan(act[i_k, i_r, i_h]), T.float32(0.0), act[i_k, i_r, i_h]), T.float32(0.0))
+            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
                 sf_codes[i_k, i_h] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))

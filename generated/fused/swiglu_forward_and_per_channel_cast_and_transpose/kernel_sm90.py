@@ -41,7 +41,7 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=256, block_k=1, ti
             a = T.alloc_fragment((B_k, B_r, B_h), "float32")
             b = T.alloc_fragment((B_k, B_r, B_h), "float32")
             act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax = T.alloc_fragment((B_k, B_r, B_h), "float32")
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
             _t0 = T.alloc_fragment((B_k, B_h), "float32")
             amax = T.alloc_fragment((B_k, B_h), "float32")
             inv = T.alloc_fragment((B_k, B_h), "float32")
@@ -53,8 +53,8 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=256, block_k=1, ti
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
-            T.reduce_absmax(act_for_absmax, _t0, dim=1)
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
                 inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
@@ -94,7 +94,7 @@ def build_e4m3_fp32_false(H, group_tokens, x_dtype, *, threads=256, block_k=1, t
             a = T.alloc_fragment((B_k, B_r, B_h), "float32")
             b = T.alloc_fragment((B_k, B_r, B_h), "float32")
             act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax = T.alloc_fragment((B_k, B_r, B_h), "float32")
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
             _t0 = T.alloc_fragment((B_k, B_h), "float32")
             amax = T.alloc_fragment((B_k, B_h), "float32")
             inv = T.alloc_fragment((B_k, B_h), "float32")
@@ -105,8 +105,8 @@ def build_e4m3_fp32_false(H, group_tokens, x_dtype, *, threads=256, block_k=1, t
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
-            T.reduce_absmax(act_for_absmax, _t0, dim=1)
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
                 inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
@@ -144,7 +144,7 @@ def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=256, block_k=1, ti
             a = T.alloc_fragment((B_k, B_r, B_h), "float32")
             b = T.alloc_fragment((B_k, B_r, B_h), "float32")
             act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax = T.alloc_fragment((B_k, B_r, B_h), "float32")
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
             _t0 = T.alloc_fragment((B_k, B_h), "float32")
             amax = T.alloc_fragment((B_k, B_h), "float32")
             inv = T.alloc_fragment((B_k, B_h), "float32")
@@ -156,8 +156,8 @@ def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=256, block_k=1, ti
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
-            T.reduce_absmax(act_for_absmax, _t0, dim=1)
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
                 inv[i_k, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -197,7 +197,7 @@ def build_e4m3_pow2_false(H, group_tokens, x_dtype, *, threads=256, block_k=1, t
             a = T.alloc_fragment((B_k, B_r, B_h), "float32")
             b = T.alloc_fragment((B_k, B_r, B_h), "float32")
             act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax = T.alloc_fragment((B_k, B_r, B_h), "float32")
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
             _t0 = T.alloc_fragment((B_k, B_h), "float32")
             amax = T.alloc_fragment((B_k, B_h), "float32")
             inv = T.alloc_fragment((B_k, B_h), "float32")
@@ -208,8 +208,8 @@ def build_e4m3_pow2_false(H, group_tokens, x_dtype, *, threads=256, block_k=1, t
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
-            T.reduce_absmax(act_for_absmax, _t0, dim=1)
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
                 inv[i_k, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -247,7 +247,7 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=256, block_k=1, t
             a = T.alloc_fragment((B_k, B_r, B_h), "float32")
             b = T.alloc_fragment((B_k, B_r, B_h), "float32")
             act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax = T.alloc_fragment((B_k, B_r, B_h), "float32")
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
             _t0 = T.alloc_fragment((B_k, B_h), "float32")
             amax = T.alloc_fragment((B_k, B_h), "float32")
             sf_codes = T.alloc_shared((B_k, B_h), "uint32")
@@ -260,8 +260,8 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=256, block_k=1, t
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
-            T.reduce_absmax(act_for_absmax, _t0, dim=1)
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
                 sf_codes[i_k, i_h] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -304,7 +304,7 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads=256, block_k=1, 
             a = T.alloc_fragment((B_k, B_r, B_h), "float32")
             b = T.alloc_fragment((B_k, B_r, B_h), "float32")
             act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax = T.alloc_fragment((B_k, B_r, B_h), "float32")
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
             _t0 = T.alloc_fragment((B_k, B_h), "float32")
             amax = T.alloc_fragment((B_k, B_h), "float32")
             sf_codes = T.alloc_shared((B_k, B_h), "uint32")
@@ -316,8 +316,8 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads=256, block_k=1, 
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
-            T.reduce_absmax(act_for_absmax, _t0, dim=1)
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
                 sf_codes[i_k, i_h] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))

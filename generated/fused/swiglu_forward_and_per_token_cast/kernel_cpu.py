@@ -40,7 +40,7 @@ def build_e4m3_fp32(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
             b0 = T.alloc_local((B_t, B_g, B_c), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -52,8 +52,8 @@ def build_e4m3_fp32(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -106,7 +106,7 @@ def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
             b = T.alloc_local((B_t, B_g, B_c), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -137,8 +137,8 @@ def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -179,7 +179,7 @@ def build_e4m3_fp32_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
             b0 = T.alloc_local((B_t, B_g, B_c), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -195,8 +195,8 @@ def build_e4m3_fp32_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -253,7 +253,7 @@ def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
             b = T.alloc_local((B_t, B_g, B_c), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -288,8 +288,8 @@ def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -335,7 +335,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -355,8 +355,8 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -418,7 +418,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -458,8 +458,8 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -508,7 +508,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -530,8 +530,8 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -596,7 +596,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -638,8 +638,8 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -680,7 +680,7 @@ def build_e4m3_fp32_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -696,8 +696,8 @@ def build_e4m3_fp32_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -754,7 +754,7 @@ def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, cla
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -790,8 +790,8 @@ def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, cla
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -836,7 +836,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -856,8 +856,8 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -918,7 +918,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -958,8 +958,8 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -1008,7 +1008,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1030,8 +1030,8 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -1096,7 +1096,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1138,8 +1138,8 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -1191,7 +1191,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1215,8 +1215,8 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -1284,7 +1284,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1328,8 +1328,8 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -1366,7 +1366,7 @@ def build_e4m3_pow2(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
             b0 = T.alloc_local((B_t, B_g, B_c), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1378,8 +1378,8 @@ def build_e4m3_pow2(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1432,7 +1432,7 @@ def build_e4m3_pow2_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
             b = T.alloc_local((B_t, B_g, B_c), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1463,8 +1463,8 @@ def build_e4m3_pow2_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1505,7 +1505,7 @@ def build_e4m3_pow2_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
             b0 = T.alloc_local((B_t, B_g, B_c), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1521,8 +1521,8 @@ def build_e4m3_pow2_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1579,7 +1579,7 @@ def build_e4m3_pow2_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
             b = T.alloc_local((B_t, B_g, B_c), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1614,8 +1614,8 @@ def build_e4m3_pow2_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1661,7 +1661,7 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1681,8 +1681,8 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1744,7 +1744,7 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1784,8 +1784,8 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1834,7 +1834,7 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1856,8 +1856,8 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1922,7 +1922,7 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1964,8 +1964,8 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2006,7 +2006,7 @@ def build_e4m3_pow2_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -2022,8 +2022,8 @@ def build_e4m3_pow2_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2080,7 +2080,7 @@ def build_e4m3_pow2_with_weights_with_clamp(H, group, routed_scaling_factor, cla
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -2116,8 +2116,8 @@ def build_e4m3_pow2_with_weights_with_clamp(H, group, routed_scaling_factor, cla
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2162,7 +2162,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -2182,8 +2182,8 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2244,7 +2244,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -2284,8 +2284,8 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2334,7 +2334,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -2356,8 +2356,8 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2422,7 +2422,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -2464,8 +2464,8 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2517,7 +2517,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -2541,8 +2541,8 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2610,7 +2610,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -2654,8 +2654,8 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2692,7 +2692,7 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
             b0 = T.alloc_local((B_t, B_g, B_c), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -2705,8 +2705,8 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -2762,7 +2762,7 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
             b = T.alloc_local((B_t, B_g, B_c), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -2794,8 +2794,8 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -2839,7 +2839,7 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
             b0 = T.alloc_local((B_t, B_g, B_c), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -2856,8 +2856,8 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -2917,7 +2917,7 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
             b = T.alloc_local((B_t, B_g, B_c), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -2953,8 +2953,8 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3003,7 +3003,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -3024,8 +3024,8 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3090,7 +3090,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -3131,8 +3131,8 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3184,7 +3184,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -3207,8 +3207,8 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3276,7 +3276,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -3319,8 +3319,8 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3364,7 +3364,7 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -3381,8 +3381,8 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3442,7 +3442,7 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -3479,8 +3479,8 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3528,7 +3528,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -3549,8 +3549,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3614,7 +3614,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -3655,8 +3655,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3708,7 +3708,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -3731,8 +3731,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3800,7 +3800,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -3843,8 +3843,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3899,7 +3899,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -3924,8 +3924,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3996,7 +3996,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             w = T.alloc_local((B_t,), "float32")
             act = T.alloc_local((B_t, B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -4041,8 +4041,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))

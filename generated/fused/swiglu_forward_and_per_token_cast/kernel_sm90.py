@@ -41,7 +41,7 @@ def build_e4m3_fp32(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
             b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -53,8 +53,8 @@ def build_e4m3_fp32(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -109,7 +109,7 @@ def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
             b = T.alloc_fragment((B_t, B_g, B_c), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -140,8 +140,8 @@ def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -184,7 +184,7 @@ def build_e4m3_fp32_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
             b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -200,8 +200,8 @@ def build_e4m3_fp32_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -260,7 +260,7 @@ def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
             b = T.alloc_fragment((B_t, B_g, B_c), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -295,8 +295,8 @@ def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -344,7 +344,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -364,8 +364,8 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -429,7 +429,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -469,8 +469,8 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -521,7 +521,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -543,8 +543,8 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -611,7 +611,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -653,8 +653,8 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -697,7 +697,7 @@ def build_e4m3_fp32_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -713,8 +713,8 @@ def build_e4m3_fp32_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -773,7 +773,7 @@ def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, cla
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -809,8 +809,8 @@ def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, cla
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -857,7 +857,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -877,8 +877,8 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -941,7 +941,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -981,8 +981,8 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -1033,7 +1033,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -1055,8 +1055,8 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -1123,7 +1123,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -1165,8 +1165,8 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -1220,7 +1220,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -1244,8 +1244,8 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -1315,7 +1315,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -1359,8 +1359,8 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -1399,7 +1399,7 @@ def build_e4m3_pow2(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
             b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -1411,8 +1411,8 @@ def build_e4m3_pow2(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1467,7 +1467,7 @@ def build_e4m3_pow2_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
             b = T.alloc_fragment((B_t, B_g, B_c), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -1498,8 +1498,8 @@ def build_e4m3_pow2_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1542,7 +1542,7 @@ def build_e4m3_pow2_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
             b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -1558,8 +1558,8 @@ def build_e4m3_pow2_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1618,7 +1618,7 @@ def build_e4m3_pow2_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
             b = T.alloc_fragment((B_t, B_g, B_c), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -1653,8 +1653,8 @@ def build_e4m3_pow2_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1702,7 +1702,7 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -1722,8 +1722,8 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1787,7 +1787,7 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -1827,8 +1827,8 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1879,7 +1879,7 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -1901,8 +1901,8 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1969,7 +1969,7 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -2011,8 +2011,8 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2055,7 +2055,7 @@ def build_e4m3_pow2_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -2071,8 +2071,8 @@ def build_e4m3_pow2_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2131,7 +2131,7 @@ def build_e4m3_pow2_with_weights_with_clamp(H, group, routed_scaling_factor, cla
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -2167,8 +2167,8 @@ def build_e4m3_pow2_with_weights_with_clamp(H, group, routed_scaling_factor, cla
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2215,7 +2215,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -2235,8 +2235,8 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2299,7 +2299,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -2339,8 +2339,8 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2391,7 +2391,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -2413,8 +2413,8 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2481,7 +2481,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -2523,8 +2523,8 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2578,7 +2578,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -2602,8 +2602,8 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2673,7 +2673,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -2717,8 +2717,8 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -2757,7 +2757,7 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
             b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -2770,8 +2770,8 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -2829,7 +2829,7 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
             b = T.alloc_fragment((B_t, B_g, B_c), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -2861,8 +2861,8 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -2908,7 +2908,7 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
             b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -2925,8 +2925,8 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -2988,7 +2988,7 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
             b = T.alloc_fragment((B_t, B_g, B_c), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -3024,8 +3024,8 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3076,7 +3076,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -3097,8 +3097,8 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3165,7 +3165,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -3206,8 +3206,8 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3261,7 +3261,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -3284,8 +3284,8 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3355,7 +3355,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -3398,8 +3398,8 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3445,7 +3445,7 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -3462,8 +3462,8 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3525,7 +3525,7 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -3562,8 +3562,8 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3613,7 +3613,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -3634,8 +3634,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3701,7 +3701,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -3742,8 +3742,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3797,7 +3797,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -3820,8 +3820,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3891,7 +3891,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -3934,8 +3934,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -3992,7 +3992,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -4017,8 +4017,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -4091,7 +4091,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             w = T.alloc_fragment((B_t,), "float32")
             act = T.alloc_fragment((B_t, B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t7 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -4136,8 +4136,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t7, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))

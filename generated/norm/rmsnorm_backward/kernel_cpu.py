@@ -47,7 +47,7 @@ def build_base(H, out_scale, grad_out_dtype, *, threads=1, block_t=1):
             p = T.alloc_local((B_t, B_h), "float32")
             dot_tile = T.alloc_local((B_t,), "float32")
             q = T.alloc_local((B_t, B_h), "float32")
-            q_for_sum = T.alloc_local((B_t, B_h), "float32")
+            q_for_sum_over_t = T.alloc_local((B_t, B_h), "float32")
             weight_grad_tile = T.alloc_local((B_h,), "float32")
             for i_t in T.grid(B_t):
                 r[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_rstd(rstd[(b_t * B_t + i_t)]), T.float32(0.0))
@@ -70,8 +70,8 @@ def build_base(H, out_scale, grad_out_dtype, *, threads=1, block_t=1):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), i_h] = STORE_x_grad((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + T.float32(-0.0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                q_for_sum[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, q[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(q_for_sum, weight_grad_tile, dim=0)
+                q_for_sum_over_t[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, q[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(q_for_sum_over_t, weight_grad_tile, dim=0)
             for i_h in T.grid(B_h):
                 T.atomic_add(weight_grad[i_h], weight_grad_tile[i_h])
 
@@ -112,7 +112,7 @@ def build_with_grad_residual(H, out_scale, grad_out_dtype, *, threads=1, block_t
             dot_tile = T.alloc_local((B_t,), "float32")
             _t3 = T.alloc_local((B_t, B_h), "float32")
             q = T.alloc_local((B_t, B_h), "float32")
-            q_for_sum = T.alloc_local((B_t, B_h), "float32")
+            q_for_sum_over_t = T.alloc_local((B_t, B_h), "float32")
             weight_grad_tile = T.alloc_local((B_h,), "float32")
             for i_t in T.grid(B_t):
                 r[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_rstd(rstd[(b_t * B_t + i_t)]), T.float32(0.0))
@@ -137,8 +137,8 @@ def build_with_grad_residual(H, out_scale, grad_out_dtype, *, threads=1, block_t
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), i_h] = STORE_x_grad((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
-                q_for_sum[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, q[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(q_for_sum, weight_grad_tile, dim=0)
+                q_for_sum_over_t[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, q[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(q_for_sum_over_t, weight_grad_tile, dim=0)
             for i_h in T.grid(B_h):
                 T.atomic_add(weight_grad[i_h], weight_grad_tile[i_h])
 
@@ -179,7 +179,7 @@ def build_with_weight(H, out_scale, grad_out_dtype, *, threads=1, block_t=1):
             p = T.alloc_local((B_t, B_h), "float32")
             dot_tile = T.alloc_local((B_t,), "float32")
             q = T.alloc_local((B_t, B_h), "float32")
-            q_for_sum = T.alloc_local((B_t, B_h), "float32")
+            q_for_sum_over_t = T.alloc_local((B_t, B_h), "float32")
             weight_grad_tile = T.alloc_local((B_h,), "float32")
             for i_t in T.grid(B_t):
                 r[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_rstd(rstd[(b_t * B_t + i_t)]), T.float32(0.0))
@@ -205,8 +205,8 @@ def build_with_weight(H, out_scale, grad_out_dtype, *, threads=1, block_t=1):
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), i_h] = STORE_x_grad((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + T.float32(-0.0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                q_for_sum[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, q[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(q_for_sum, weight_grad_tile, dim=0)
+                q_for_sum_over_t[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, q[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(q_for_sum_over_t, weight_grad_tile, dim=0)
             for i_h in T.grid(B_h):
                 T.atomic_add(weight_grad[i_h], weight_grad_tile[i_h])
 
@@ -250,7 +250,7 @@ def build_with_weight_with_grad_residual(H, out_scale, grad_out_dtype, *, thread
             dot_tile = T.alloc_local((B_t,), "float32")
             _t3 = T.alloc_local((B_t, B_h), "float32")
             q = T.alloc_local((B_t, B_h), "float32")
-            q_for_sum = T.alloc_local((B_t, B_h), "float32")
+            q_for_sum_over_t = T.alloc_local((B_t, B_h), "float32")
             weight_grad_tile = T.alloc_local((B_h,), "float32")
             for i_t in T.grid(B_t):
                 r[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_rstd(rstd[(b_t * B_t + i_t)]), T.float32(0.0))
@@ -278,8 +278,8 @@ def build_with_weight_with_grad_residual(H, out_scale, grad_out_dtype, *, thread
                 if (b_t * B_t + i_t) < N_t:
                     x_grad[(b_t * B_t + i_t), i_h] = STORE_x_grad((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
-                q_for_sum[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, q[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(q_for_sum, weight_grad_tile, dim=0)
+                q_for_sum_over_t[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, q[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(q_for_sum_over_t, weight_grad_tile, dim=0)
             for i_h in T.grid(B_h):
                 T.atomic_add(weight_grad[i_h], weight_grad_tile[i_h])
 

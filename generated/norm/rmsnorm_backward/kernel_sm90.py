@@ -44,10 +44,10 @@ def build_base(H, out_scale, grad_out_dtype, *, threads=128, block_t=8):
             g = T.alloc_fragment((B_t, B_h), "float32")
             gw = T.alloc_fragment((B_t, B_h), "float32")
             p = T.alloc_fragment((B_t, B_h), "float32")
-            p_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            p_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             dot_tile = T.alloc_fragment((B_t,), "float32")
             q = T.alloc_fragment((B_t, B_h), "float32")
-            q_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            q_for_sum_over_t = T.alloc_fragment((B_t, B_h), "float32")
             weight_grad_tile = T.alloc_fragment((B_h,), "float32")
             for i_t in T.Parallel(B_t):
                 r[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_rstd(rstd[(b_t * B_t + i_t)]), T.float32(0.0))
@@ -62,8 +62,8 @@ def build_base(H, out_scale, grad_out_dtype, *, threads=128, block_t=8):
                 gw[i_t, i_h] = (g[i_t, i_h] * T.float32(1.0))
                 p[i_t, i_h] = (xhat[i_t, i_h] * gw[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
-                p_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, p[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(p_for_sum, dot_tile, dim=1)
+                p_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, p[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(p_for_sum_over_h, dot_tile, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     dot[(b_t * B_t + i_t)] = dot_tile[i_t]
@@ -72,8 +72,8 @@ def build_base(H, out_scale, grad_out_dtype, *, threads=128, block_t=8):
                 if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
                     x_grad[(b_t * B_t + i_t), i_h] = STORE_x_grad((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + T.float32(-0.0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                q_for_sum[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), q[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(q_for_sum, weight_grad_tile, dim=0)
+                q_for_sum_over_t[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), q[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(q_for_sum_over_t, weight_grad_tile, dim=0)
             for i_h in T.Parallel(B_h):
                 if i_h < N_h:
                     T.atomic_add(weight_grad[i_h], weight_grad_tile[i_h])
@@ -112,11 +112,11 @@ def build_with_grad_residual(H, out_scale, grad_out_dtype, *, threads=128, block
             g = T.alloc_fragment((B_t, B_h), "float32")
             gw = T.alloc_fragment((B_t, B_h), "float32")
             p = T.alloc_fragment((B_t, B_h), "float32")
-            p_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            p_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             dot_tile = T.alloc_fragment((B_t,), "float32")
             _t3 = T.alloc_fragment((B_t, B_h), "float32")
             q = T.alloc_fragment((B_t, B_h), "float32")
-            q_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            q_for_sum_over_t = T.alloc_fragment((B_t, B_h), "float32")
             weight_grad_tile = T.alloc_fragment((B_h,), "float32")
             for i_t in T.Parallel(B_t):
                 r[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_rstd(rstd[(b_t * B_t + i_t)]), T.float32(0.0))
@@ -131,8 +131,8 @@ def build_with_grad_residual(H, out_scale, grad_out_dtype, *, threads=128, block
                 gw[i_t, i_h] = (g[i_t, i_h] * T.float32(1.0))
                 p[i_t, i_h] = (xhat[i_t, i_h] * gw[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
-                p_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, p[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(p_for_sum, dot_tile, dim=1)
+                p_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, p[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(p_for_sum_over_h, dot_tile, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     dot[(b_t * B_t + i_t)] = dot_tile[i_t]
@@ -143,8 +143,8 @@ def build_with_grad_residual(H, out_scale, grad_out_dtype, *, threads=128, block
                 if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
                     x_grad[(b_t * B_t + i_t), i_h] = STORE_x_grad((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                q_for_sum[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), q[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(q_for_sum, weight_grad_tile, dim=0)
+                q_for_sum_over_t[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), q[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(q_for_sum_over_t, weight_grad_tile, dim=0)
             for i_h in T.Parallel(B_h):
                 if i_h < N_h:
                     T.atomic_add(weight_grad[i_h], weight_grad_tile[i_h])
@@ -184,10 +184,10 @@ def build_with_weight(H, out_scale, grad_out_dtype, *, threads=128, block_t=8):
             _t2 = T.alloc_fragment((B_h,), "float32")
             gw = T.alloc_fragment((B_t, B_h), "float32")
             p = T.alloc_fragment((B_t, B_h), "float32")
-            p_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            p_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             dot_tile = T.alloc_fragment((B_t,), "float32")
             q = T.alloc_fragment((B_t, B_h), "float32")
-            q_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            q_for_sum_over_t = T.alloc_fragment((B_t, B_h), "float32")
             weight_grad_tile = T.alloc_fragment((B_h,), "float32")
             for i_t in T.Parallel(B_t):
                 r[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_rstd(rstd[(b_t * B_t + i_t)]), T.float32(0.0))
@@ -205,8 +205,8 @@ def build_with_weight(H, out_scale, grad_out_dtype, *, threads=128, block_t=8):
                 gw[i_t, i_h] = (g[i_t, i_h] * _t2[i_h])
                 p[i_t, i_h] = (xhat[i_t, i_h] * gw[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
-                p_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, p[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(p_for_sum, dot_tile, dim=1)
+                p_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, p[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(p_for_sum_over_h, dot_tile, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     dot[(b_t * B_t + i_t)] = dot_tile[i_t]
@@ -215,8 +215,8 @@ def build_with_weight(H, out_scale, grad_out_dtype, *, threads=128, block_t=8):
                 if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
                     x_grad[(b_t * B_t + i_t), i_h] = STORE_x_grad((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + T.float32(-0.0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                q_for_sum[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), q[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(q_for_sum, weight_grad_tile, dim=0)
+                q_for_sum_over_t[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), q[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(q_for_sum_over_t, weight_grad_tile, dim=0)
             for i_h in T.Parallel(B_h):
                 if i_h < N_h:
                     T.atomic_add(weight_grad[i_h], weight_grad_tile[i_h])
@@ -258,11 +258,11 @@ def build_with_weight_with_grad_residual(H, out_scale, grad_out_dtype, *, thread
             _t2 = T.alloc_fragment((B_h,), "float32")
             gw = T.alloc_fragment((B_t, B_h), "float32")
             p = T.alloc_fragment((B_t, B_h), "float32")
-            p_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            p_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             dot_tile = T.alloc_fragment((B_t,), "float32")
             _t3 = T.alloc_fragment((B_t, B_h), "float32")
             q = T.alloc_fragment((B_t, B_h), "float32")
-            q_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            q_for_sum_over_t = T.alloc_fragment((B_t, B_h), "float32")
             weight_grad_tile = T.alloc_fragment((B_h,), "float32")
             for i_t in T.Parallel(B_t):
                 r[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_rstd(rstd[(b_t * B_t + i_t)]), T.float32(0.0))
@@ -280,8 +280,8 @@ def build_with_weight_with_grad_residual(H, out_scale, grad_out_dtype, *, thread
                 gw[i_t, i_h] = (g[i_t, i_h] * _t2[i_h])
                 p[i_t, i_h] = (xhat[i_t, i_h] * gw[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
-                p_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, p[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(p_for_sum, dot_tile, dim=1)
+                p_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, p[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(p_for_sum_over_h, dot_tile, dim=1)
             for i_t in T.Parallel(B_t):
                 if (b_t * B_t + i_t) < N_t:
                     dot[(b_t * B_t + i_t)] = dot_tile[i_t]
@@ -292,8 +292,8 @@ def build_with_weight_with_grad_residual(H, out_scale, grad_out_dtype, *, thread
                 if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
                     x_grad[(b_t * B_t + i_t), i_h] = STORE_x_grad((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                q_for_sum[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), q[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(q_for_sum, weight_grad_tile, dim=0)
+                q_for_sum_over_t[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), q[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(q_for_sum_over_t, weight_grad_tile, dim=0)
             for i_h in T.Parallel(B_h):
                 if i_h < N_h:
                     T.atomic_add(weight_grad[i_h], weight_grad_tile[i_h])

@@ -37,7 +37,7 @@ def build_base(H, eps, out_scale, x_dtype, *, threads=128, block_t=1):
             _t0 = T.alloc_fragment((B_t, B_h), "float32")
             s = T.alloc_fragment((B_t, B_h), "float32")
             s2 = T.alloc_fragment((B_t, B_h), "float32")
-            s2_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            s2_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             _t2 = T.alloc_fragment((B_t,), "float32")
             rstd_tile = T.alloc_fragment((B_t,), "float32")
             for i_t, i_h in T.Parallel(B_t, B_h):
@@ -46,8 +46,8 @@ def build_base(H, eps, out_scale, x_dtype, *, threads=128, block_t=1):
                 s[i_t, i_h] = ROUND_x((_t0[i_t, i_h] + T.float32(-0.0)))
                 s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
-                s2_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, s2[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(s2_for_sum, _t2, dim=1)
+                s2_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, s2[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(s2_for_sum_over_h, _t2, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.float32(H)) + T.float32(eps)))
                 if (b_t * B_t + i_t) < N_t:
@@ -85,7 +85,7 @@ def build_with_residual(H, eps, out_scale, x_dtype, *, threads=128, block_t=1):
             _t1 = T.alloc_fragment((B_t, B_h), "float32")
             s = T.alloc_fragment((B_t, B_h), "float32")
             s2 = T.alloc_fragment((B_t, B_h), "float32")
-            s2_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            s2_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             _t2 = T.alloc_fragment((B_t,), "float32")
             rstd_tile = T.alloc_fragment((B_t,), "float32")
             for i_t, i_h in T.Parallel(B_t, B_h):
@@ -98,8 +98,8 @@ def build_with_residual(H, eps, out_scale, x_dtype, *, threads=128, block_t=1):
                 if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
                     residual_out[(b_t * B_t + i_t), i_h] = STORE_residual_out(s[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
-                s2_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, s2[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(s2_for_sum, _t2, dim=1)
+                s2_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, s2[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(s2_for_sum_over_h, _t2, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.float32(H)) + T.float32(eps)))
                 if (b_t * B_t + i_t) < N_t:
@@ -134,7 +134,7 @@ def build_with_weight(H, eps, out_scale, x_dtype, *, threads=128, block_t=1):
             _t0 = T.alloc_fragment((B_t, B_h), "float32")
             s = T.alloc_fragment((B_t, B_h), "float32")
             s2 = T.alloc_fragment((B_t, B_h), "float32")
-            s2_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            s2_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             _t2 = T.alloc_fragment((B_t,), "float32")
             rstd_tile = T.alloc_fragment((B_t,), "float32")
             _t3 = T.alloc_fragment((B_h,), "float32")
@@ -144,8 +144,8 @@ def build_with_weight(H, eps, out_scale, x_dtype, *, threads=128, block_t=1):
                 s[i_t, i_h] = ROUND_x((_t0[i_t, i_h] + T.float32(-0.0)))
                 s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
-                s2_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, s2[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(s2_for_sum, _t2, dim=1)
+                s2_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, s2[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(s2_for_sum_over_h, _t2, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.float32(H)) + T.float32(eps)))
                 if (b_t * B_t + i_t) < N_t:
@@ -187,7 +187,7 @@ def build_with_weight_with_residual(H, eps, out_scale, x_dtype, *, threads=128, 
             _t1 = T.alloc_fragment((B_t, B_h), "float32")
             s = T.alloc_fragment((B_t, B_h), "float32")
             s2 = T.alloc_fragment((B_t, B_h), "float32")
-            s2_for_sum = T.alloc_fragment((B_t, B_h), "float32")
+            s2_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
             _t2 = T.alloc_fragment((B_t,), "float32")
             rstd_tile = T.alloc_fragment((B_t,), "float32")
             _t3 = T.alloc_fragment((B_h,), "float32")
@@ -201,8 +201,8 @@ def build_with_weight_with_residual(H, eps, out_scale, x_dtype, *, threads=128, 
                 if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
                     residual_out[(b_t * B_t + i_t), i_h] = STORE_residual_out(s[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
-                s2_for_sum[i_t, i_h] = T.if_then_else(i_h < N_h, s2[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(s2_for_sum, _t2, dim=1)
+                s2_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, s2[i_t, i_h], T.float32(0.0))
+            T.reduce_sum(s2_for_sum_over_h, _t2, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.float32(H)) + T.float32(eps)))
                 if (b_t * B_t + i_t) < N_t:

@@ -43,7 +43,7 @@ def build_e4m3_fp32(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
             _t3 = T.alloc_local((B_t,), "float32")
             rstd_tile = T.alloc_local((B_t,), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -61,8 +61,8 @@ def build_e4m3_fp32(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -107,7 +107,7 @@ def build_e4m3_fp32_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
             _t3 = T.alloc_local((B_t,), "float32")
             rstd_tile = T.alloc_local((B_t,), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -129,8 +129,8 @@ def build_e4m3_fp32_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -173,7 +173,7 @@ def build_e4m3_fp32_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1,
             rstd_tile = T.alloc_local((B_t,), "float32")
             _t4 = T.alloc_local((B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -193,8 +193,8 @@ def build_e4m3_fp32_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1,
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -242,7 +242,7 @@ def build_e4m3_fp32_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
             rstd_tile = T.alloc_local((B_t,), "float32")
             _t4 = T.alloc_local((B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -266,8 +266,8 @@ def build_e4m3_fp32_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -307,7 +307,7 @@ def build_e4m3_pow2(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
             _t3 = T.alloc_local((B_t,), "float32")
             rstd_tile = T.alloc_local((B_t,), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -325,8 +325,8 @@ def build_e4m3_pow2(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -371,7 +371,7 @@ def build_e4m3_pow2_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
             _t3 = T.alloc_local((B_t,), "float32")
             rstd_tile = T.alloc_local((B_t,), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -393,8 +393,8 @@ def build_e4m3_pow2_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -437,7 +437,7 @@ def build_e4m3_pow2_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1,
             rstd_tile = T.alloc_local((B_t,), "float32")
             _t4 = T.alloc_local((B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -457,8 +457,8 @@ def build_e4m3_pow2_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1,
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -506,7 +506,7 @@ def build_e4m3_pow2_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
             rstd_tile = T.alloc_local((B_t,), "float32")
             _t4 = T.alloc_local((B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -530,8 +530,8 @@ def build_e4m3_pow2_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -571,7 +571,7 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1)
             _t3 = T.alloc_local((B_t,), "float32")
             rstd_tile = T.alloc_local((B_t,), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -590,8 +590,8 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -639,7 +639,7 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
             _t3 = T.alloc_local((B_t,), "float32")
             rstd_tile = T.alloc_local((B_t,), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -662,8 +662,8 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -709,7 +709,7 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1
             rstd_tile = T.alloc_local((B_t,), "float32")
             _t4 = T.alloc_local((B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -730,8 +730,8 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -782,7 +782,7 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
             rstd_tile = T.alloc_local((B_t,), "float32")
             _t4 = T.alloc_local((B_g, B_c), "float32")
             y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -807,8 +807,8 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))

@@ -39,13 +39,13 @@ def build_e4m3_fp32(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1
             _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t3 = T.alloc_fragment((B_t,), "float32")
             rstd_tile = T.alloc_fragment((B_t,), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -55,11 +55,11 @@ def build_e4m3_fp32(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1
                 s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum, _t2, dim=2)
+                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum, _t3, dim=1)
+                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
                 if (b_t * B_t + i_t) < N_t:
@@ -67,8 +67,8 @@ def build_e4m3_fp32(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -109,13 +109,13 @@ def build_e4m3_fp32_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
             _t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t3 = T.alloc_fragment((B_t,), "float32")
             rstd_tile = T.alloc_fragment((B_t,), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -129,11 +129,11 @@ def build_e4m3_fp32_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum, _t2, dim=2)
+                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum, _t3, dim=1)
+                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
                 if (b_t * B_t + i_t) < N_t:
@@ -141,8 +141,8 @@ def build_e4m3_fp32_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -180,14 +180,14 @@ def build_e4m3_fp32_with_weight(H, eps, out_scale, group, x_dtype, *, threads=12
             _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t3 = T.alloc_fragment((B_t,), "float32")
             rstd_tile = T.alloc_fragment((B_t,), "float32")
             _t4 = T.alloc_fragment((B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -197,11 +197,11 @@ def build_e4m3_fp32_with_weight(H, eps, out_scale, group, x_dtype, *, threads=12
                 s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum, _t2, dim=2)
+                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum, _t3, dim=1)
+                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
                 if (b_t * B_t + i_t) < N_t:
@@ -211,8 +211,8 @@ def build_e4m3_fp32_with_weight(H, eps, out_scale, group, x_dtype, *, threads=12
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -255,14 +255,14 @@ def build_e4m3_fp32_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
             _t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t3 = T.alloc_fragment((B_t,), "float32")
             rstd_tile = T.alloc_fragment((B_t,), "float32")
             _t4 = T.alloc_fragment((B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -276,11 +276,11 @@ def build_e4m3_fp32_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum, _t2, dim=2)
+                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum, _t3, dim=1)
+                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
                 if (b_t * B_t + i_t) < N_t:
@@ -290,8 +290,8 @@ def build_e4m3_fp32_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -327,13 +327,13 @@ def build_e4m3_pow2(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1
             _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t3 = T.alloc_fragment((B_t,), "float32")
             rstd_tile = T.alloc_fragment((B_t,), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -343,11 +343,11 @@ def build_e4m3_pow2(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1
                 s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum, _t2, dim=2)
+                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum, _t3, dim=1)
+                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
                 if (b_t * B_t + i_t) < N_t:
@@ -355,8 +355,8 @@ def build_e4m3_pow2(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -397,13 +397,13 @@ def build_e4m3_pow2_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
             _t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t3 = T.alloc_fragment((B_t,), "float32")
             rstd_tile = T.alloc_fragment((B_t,), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -417,11 +417,11 @@ def build_e4m3_pow2_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum, _t2, dim=2)
+                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum, _t3, dim=1)
+                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
                 if (b_t * B_t + i_t) < N_t:
@@ -429,8 +429,8 @@ def build_e4m3_pow2_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -468,14 +468,14 @@ def build_e4m3_pow2_with_weight(H, eps, out_scale, group, x_dtype, *, threads=12
             _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t3 = T.alloc_fragment((B_t,), "float32")
             rstd_tile = T.alloc_fragment((B_t,), "float32")
             _t4 = T.alloc_fragment((B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -485,11 +485,11 @@ def build_e4m3_pow2_with_weight(H, eps, out_scale, group, x_dtype, *, threads=12
                 s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum, _t2, dim=2)
+                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum, _t3, dim=1)
+                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
                 if (b_t * B_t + i_t) < N_t:
@@ -499,8 +499,8 @@ def build_e4m3_pow2_with_weight(H, eps, out_scale, group, x_dtype, *, threads=12
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -543,14 +543,14 @@ def build_e4m3_pow2_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
             _t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t3 = T.alloc_fragment((B_t,), "float32")
             rstd_tile = T.alloc_fragment((B_t,), "float32")
             _t4 = T.alloc_fragment((B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             inv = T.alloc_fragment((B_t, B_g), "float32")
@@ -564,11 +564,11 @@ def build_e4m3_pow2_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum, _t2, dim=2)
+                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum, _t3, dim=1)
+                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
                 if (b_t * B_t + i_t) < N_t:
@@ -578,8 +578,8 @@ def build_e4m3_pow2_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -615,13 +615,13 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=
             _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t3 = T.alloc_fragment((B_t,), "float32")
             rstd_tile = T.alloc_fragment((B_t,), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -632,11 +632,11 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=
                 s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum, _t2, dim=2)
+                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum, _t3, dim=1)
+                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
                 if (b_t * B_t + i_t) < N_t:
@@ -644,8 +644,8 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -689,13 +689,13 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
             _t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t3 = T.alloc_fragment((B_t,), "float32")
             rstd_tile = T.alloc_fragment((B_t,), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -710,11 +710,11 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum, _t2, dim=2)
+                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum, _t3, dim=1)
+                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
                 if (b_t * B_t + i_t) < N_t:
@@ -722,8 +722,8 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -764,14 +764,14 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1
             _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t3 = T.alloc_fragment((B_t,), "float32")
             rstd_tile = T.alloc_fragment((B_t,), "float32")
             _t4 = T.alloc_fragment((B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -782,11 +782,11 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1
                 s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum, _t2, dim=2)
+                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum, _t3, dim=1)
+                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
                 if (b_t * B_t + i_t) < N_t:
@@ -796,8 +796,8 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -843,14 +843,14 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
             _t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s = T.alloc_fragment((B_t, B_g, B_c), "float32")
             s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum = T.alloc_fragment((B_t, B_g), "float32")
+            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
             _t3 = T.alloc_fragment((B_t,), "float32")
             rstd_tile = T.alloc_fragment((B_t,), "float32")
             _t4 = T.alloc_fragment((B_g, B_c), "float32")
             y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
             _t5 = T.alloc_fragment((B_t, B_g), "float32")
             amax = T.alloc_fragment((B_t, B_g), "float32")
             sf_codes = T.alloc_shared((B_t, B_g), "uint32")
@@ -865,11 +865,11 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
                 if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
                     residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum, _t2, dim=2)
+                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum, _t3, dim=1)
+                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
+            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
                 if (b_t * B_t + i_t) < N_t:
@@ -879,8 +879,8 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax, _t5, dim=2)
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
+            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))

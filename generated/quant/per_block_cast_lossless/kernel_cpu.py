@@ -40,7 +40,7 @@ def build_fp32_fp32_row(H, block_rows, block_cols, in_cols, *, threads=1, block_
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -52,8 +52,8 @@ def build_fp32_fp32_row(H, block_rows, block_cols, in_cols, *, threads=1, block_
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
@@ -95,7 +95,7 @@ def build_fp32_fp32_col(H, block_rows, block_cols, in_cols, *, threads=1, block_
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -107,8 +107,8 @@ def build_fp32_fp32_col(H, block_rows, block_cols, in_cols, *, threads=1, block_
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
@@ -150,7 +150,7 @@ def build_fp32_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=1, block
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -163,8 +163,8 @@ def build_fp32_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=1, block
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
@@ -208,7 +208,7 @@ def build_fp32_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=1, block
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -221,8 +221,8 @@ def build_fp32_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=1, block
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
@@ -266,7 +266,7 @@ def build_fp32_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=1, 
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -278,8 +278,8 @@ def build_fp32_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=1, 
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
@@ -321,7 +321,7 @@ def build_fp32_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=1, 
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -333,8 +333,8 @@ def build_fp32_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=1, 
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
@@ -376,7 +376,7 @@ def build_ue8m0_fp32_row(H, block_rows, block_cols, in_cols, *, threads=1, block
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -388,8 +388,8 @@ def build_ue8m0_fp32_row(H, block_rows, block_cols, in_cols, *, threads=1, block
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
@@ -431,7 +431,7 @@ def build_ue8m0_fp32_col(H, block_rows, block_cols, in_cols, *, threads=1, block
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -443,8 +443,8 @@ def build_ue8m0_fp32_col(H, block_rows, block_cols, in_cols, *, threads=1, block
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
@@ -486,7 +486,7 @@ def build_ue8m0_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=1, bloc
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -499,8 +499,8 @@ def build_ue8m0_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=1, bloc
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
@@ -544,7 +544,7 @@ def build_ue8m0_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=1, bloc
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -557,8 +557,8 @@ def build_ue8m0_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=1, bloc
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
@@ -602,7 +602,7 @@ def build_ue8m0_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=1,
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -614,8 +614,8 @@ def build_ue8m0_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=1,
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
@@ -657,7 +657,7 @@ def build_ue8m0_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=1,
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -669,8 +669,8 @@ def build_ue8m0_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=1,
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
@@ -712,7 +712,7 @@ def build_ue8m0_byte_fp32_row(H, block_rows, block_cols, in_cols, *, threads=1, 
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -724,8 +724,8 @@ def build_ue8m0_byte_fp32_row(H, block_rows, block_cols, in_cols, *, threads=1, 
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
@@ -767,7 +767,7 @@ def build_ue8m0_byte_fp32_col(H, block_rows, block_cols, in_cols, *, threads=1, 
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -779,8 +779,8 @@ def build_ue8m0_byte_fp32_col(H, block_rows, block_cols, in_cols, *, threads=1, 
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
@@ -822,7 +822,7 @@ def build_ue8m0_byte_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=1,
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -835,8 +835,8 @@ def build_ue8m0_byte_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=1,
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
@@ -880,7 +880,7 @@ def build_ue8m0_byte_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=1,
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -893,8 +893,8 @@ def build_ue8m0_byte_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=1,
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
@@ -938,7 +938,7 @@ def build_ue8m0_byte_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threa
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -950,8 +950,8 @@ def build_ue8m0_byte_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threa
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
@@ -993,7 +993,7 @@ def build_ue8m0_byte_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threa
             _t0 = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_local((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_local((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_local((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), "int32")
             e_max = T.alloc_local((B_b, B_g), "int32")
             e_out = T.alloc_local((B_b, B_g), "int32")
             m = T.alloc_local((B_b, B_r, B_g, B_k), "float32")
@@ -1005,8 +1005,8 @@ def build_ue8m0_byte_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threa
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):

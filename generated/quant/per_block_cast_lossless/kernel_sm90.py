@@ -41,9 +41,9 @@ def build_fp32_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256, bloc
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -54,11 +54,11 @@ def build_fp32_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256, bloc
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
@@ -101,9 +101,9 @@ def build_fp32_fp32_col(H, block_rows, block_cols, in_cols, *, threads=256, bloc
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -114,11 +114,11 @@ def build_fp32_fp32_col(H, block_rows, block_cols, in_cols, *, threads=256, bloc
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
@@ -161,9 +161,9 @@ def build_fp32_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=256, blo
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -175,11 +175,11 @@ def build_fp32_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=256, blo
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
@@ -224,9 +224,9 @@ def build_fp32_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=256, blo
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -238,11 +238,11 @@ def build_fp32_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=256, blo
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
@@ -287,9 +287,9 @@ def build_fp32_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=256
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -300,11 +300,11 @@ def build_fp32_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=256
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
@@ -347,9 +347,9 @@ def build_fp32_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=256
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -360,11 +360,11 @@ def build_fp32_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=256
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
@@ -407,9 +407,9 @@ def build_ue8m0_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256, blo
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -420,11 +420,11 @@ def build_ue8m0_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256, blo
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
@@ -467,9 +467,9 @@ def build_ue8m0_fp32_col(H, block_rows, block_cols, in_cols, *, threads=256, blo
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -480,11 +480,11 @@ def build_ue8m0_fp32_col(H, block_rows, block_cols, in_cols, *, threads=256, blo
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
@@ -527,9 +527,9 @@ def build_ue8m0_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=256, bl
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -541,11 +541,11 @@ def build_ue8m0_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=256, bl
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
@@ -590,9 +590,9 @@ def build_ue8m0_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=256, bl
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -604,11 +604,11 @@ def build_ue8m0_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=256, bl
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
@@ -653,9 +653,9 @@ def build_ue8m0_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=25
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -666,11 +666,11 @@ def build_ue8m0_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=25
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
@@ -713,9 +713,9 @@ def build_ue8m0_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=25
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -726,11 +726,11 @@ def build_ue8m0_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=25
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
@@ -773,9 +773,9 @@ def build_ue8m0_byte_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -786,11 +786,11 @@ def build_ue8m0_byte_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
@@ -833,9 +833,9 @@ def build_ue8m0_byte_fp32_col(H, block_rows, block_cols, in_cols, *, threads=256
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -846,11 +846,11 @@ def build_ue8m0_byte_fp32_col(H, block_rows, block_cols, in_cols, *, threads=256
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
@@ -893,9 +893,9 @@ def build_ue8m0_byte_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=25
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -907,11 +907,11 @@ def build_ue8m0_byte_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=25
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
@@ -956,9 +956,9 @@ def build_ue8m0_byte_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=25
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -970,11 +970,11 @@ def build_ue8m0_byte_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=25
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
@@ -1019,9 +1019,9 @@ def build_ue8m0_byte_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threa
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -1032,11 +1032,11 @@ def build_ue8m0_byte_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threa
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
@@ -1079,9 +1079,9 @@ def build_ue8m0_byte_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threa
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
             e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
+            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
             _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max = T.alloc_fragment((B_b, B_r, B_g), "int32")
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
             e_max = T.alloc_fragment((B_b, B_g), "int32")
             e_out = T.alloc_fragment((B_b, B_g), "int32")
             m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
@@ -1092,11 +1092,11 @@ def build_ue8m0_byte_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threa
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max, _t1, dim=3)
+                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
+            T.reduce_max(e_for_max_over_k, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max, e_max, dim=1)
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):

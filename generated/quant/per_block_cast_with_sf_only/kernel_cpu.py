@@ -36,19 +36,19 @@ def build_e4m3_fp32(H, block_rows, block_cols, x_dtype, *, threads=1, block_b=1)
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
             xf = T.alloc_local((B_b, B_r, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_b, B_r, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_b, B_r, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_b, B_r, B_g), "float32")
-            _t0_for_absmax = T.alloc_local((B_b, B_r, B_g), "float32")
+            _t0_for_absmax_over_r = T.alloc_local((B_b, B_r, B_g), "float32")
             _t1 = T.alloc_local((B_b, B_g), "float32")
             amax = T.alloc_local((B_b, B_g), "float32")
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
                 xf[i_b, i_r, i_g, i_c] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                xf_for_absmax[i_b, i_r, i_g, i_c] = T.if_then_else(T.isnan(xf[i_b, i_r, i_g, i_c]), T.float32(0.0), xf[i_b, i_r, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=3)
+                xf_for_absmax_over_c[i_b, i_r, i_g, i_c] = T.if_then_else(T.isnan(xf[i_b, i_r, i_g, i_c]), T.float32(0.0), xf[i_b, i_r, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t0_for_absmax[i_b, i_r, i_g] = T.if_then_else(T.isnan(_t0[i_b, i_r, i_g]), T.float32(0.0), _t0[i_b, i_r, i_g])
-            T.reduce_absmax(_t0_for_absmax, _t1, dim=1)
+                _t0_for_absmax_over_r[i_b, i_r, i_g] = T.if_then_else(T.isnan(_t0[i_b, i_r, i_g]), T.float32(0.0), _t0[i_b, i_r, i_g])
+            T.reduce_absmax(_t0_for_absmax_over_r, _t1, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 amax[i_b, i_g] = T.max(_t1[i_b, i_g], T.float32(0.0001))
                 if (b_b * B_b + i_b) < N_b:
@@ -77,19 +77,19 @@ def build_e4m3_pow2(H, block_rows, block_cols, x_dtype, *, threads=1, block_b=1)
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
             xf = T.alloc_local((B_b, B_r, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_b, B_r, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_b, B_r, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_b, B_r, B_g), "float32")
-            _t0_for_absmax = T.alloc_local((B_b, B_r, B_g), "float32")
+            _t0_for_absmax_over_r = T.alloc_local((B_b, B_r, B_g), "float32")
             _t1 = T.alloc_local((B_b, B_g), "float32")
             amax = T.alloc_local((B_b, B_g), "float32")
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
                 xf[i_b, i_r, i_g, i_c] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                xf_for_absmax[i_b, i_r, i_g, i_c] = T.if_then_else(T.isnan(xf[i_b, i_r, i_g, i_c]), T.float32(0.0), xf[i_b, i_r, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=3)
+                xf_for_absmax_over_c[i_b, i_r, i_g, i_c] = T.if_then_else(T.isnan(xf[i_b, i_r, i_g, i_c]), T.float32(0.0), xf[i_b, i_r, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t0_for_absmax[i_b, i_r, i_g] = T.if_then_else(T.isnan(_t0[i_b, i_r, i_g]), T.float32(0.0), _t0[i_b, i_r, i_g])
-            T.reduce_absmax(_t0_for_absmax, _t1, dim=1)
+                _t0_for_absmax_over_r[i_b, i_r, i_g] = T.if_then_else(T.isnan(_t0[i_b, i_r, i_g]), T.float32(0.0), _t0[i_b, i_r, i_g])
+            T.reduce_absmax(_t0_for_absmax_over_r, _t1, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 amax[i_b, i_g] = T.max(_t1[i_b, i_g], T.float32(0.0001))
                 if (b_b * B_b + i_b) < N_b:
@@ -118,20 +118,20 @@ def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads=1, block_b=1
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
             xf = T.alloc_local((B_b, B_r, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_b, B_r, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_b, B_r, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_b, B_r, B_g), "float32")
-            _t0_for_absmax = T.alloc_local((B_b, B_r, B_g), "float32")
+            _t0_for_absmax_over_r = T.alloc_local((B_b, B_r, B_g), "float32")
             _t1 = T.alloc_local((B_b, B_g), "float32")
             amax = T.alloc_local((B_b, B_g), "float32")
             sf_codes = T.alloc_local((B_b, B_g), "uint32")
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
                 xf[i_b, i_r, i_g, i_c] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                xf_for_absmax[i_b, i_r, i_g, i_c] = T.if_then_else(T.isnan(xf[i_b, i_r, i_g, i_c]), T.float32(0.0), xf[i_b, i_r, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=3)
+                xf_for_absmax_over_c[i_b, i_r, i_g, i_c] = T.if_then_else(T.isnan(xf[i_b, i_r, i_g, i_c]), T.float32(0.0), xf[i_b, i_r, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t0_for_absmax[i_b, i_r, i_g] = T.if_then_else(T.isnan(_t0[i_b, i_r, i_g]), T.float32(0.0), _t0[i_b, i_r, i_g])
-            T.reduce_absmax(_t0_for_absmax, _t1, dim=1)
+                _t0_for_absmax_over_r[i_b, i_r, i_g] = T.if_then_else(T.isnan(_t0[i_b, i_r, i_g]), T.float32(0.0), _t0[i_b, i_r, i_g])
+            T.reduce_absmax(_t0_for_absmax_over_r, _t1, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 amax[i_b, i_g] = T.max(_t1[i_b, i_g], T.float32(0.0001))
                 sf_codes[i_b, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))

@@ -35,15 +35,15 @@ def build_e4m3_fp32_false(H, group_tokens, x_dtype, *, threads=1, block_b=1):
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
             xf = T.alloc_local((B_b, B_r, B_h), "float32")
-            xf_for_absmax = T.alloc_local((B_b, B_r, B_h), "float32")
+            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), "float32")
             _t0 = T.alloc_local((B_b, B_h), "float32")
             amax = T.alloc_local((B_b, B_h), "float32")
             inv = T.alloc_local((B_b, B_h), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf_for_absmax[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=1)
+                xf_for_absmax_over_r[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
+            T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
                 inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
@@ -75,7 +75,7 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
             xf = T.alloc_local((B_b, B_r, B_h), "float32")
-            xf_for_absmax = T.alloc_local((B_b, B_r, B_h), "float32")
+            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), "float32")
             _t0 = T.alloc_local((B_b, B_h), "float32")
             amax = T.alloc_local((B_b, B_h), "float32")
             inv = T.alloc_local((B_b, B_h), "float32")
@@ -83,8 +83,8 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf_for_absmax[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=1)
+                xf_for_absmax_over_r[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
+            T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
                 inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
@@ -118,15 +118,15 @@ def build_e4m3_pow2_false(H, group_tokens, x_dtype, *, threads=1, block_b=1):
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
             xf = T.alloc_local((B_b, B_r, B_h), "float32")
-            xf_for_absmax = T.alloc_local((B_b, B_r, B_h), "float32")
+            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), "float32")
             _t0 = T.alloc_local((B_b, B_h), "float32")
             amax = T.alloc_local((B_b, B_h), "float32")
             inv = T.alloc_local((B_b, B_h), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf_for_absmax[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=1)
+                xf_for_absmax_over_r[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
+            T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
                 inv[i_b, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -158,7 +158,7 @@ def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
             xf = T.alloc_local((B_b, B_r, B_h), "float32")
-            xf_for_absmax = T.alloc_local((B_b, B_r, B_h), "float32")
+            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), "float32")
             _t0 = T.alloc_local((B_b, B_h), "float32")
             amax = T.alloc_local((B_b, B_h), "float32")
             inv = T.alloc_local((B_b, B_h), "float32")
@@ -166,8 +166,8 @@ def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf_for_absmax[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=1)
+                xf_for_absmax_over_r[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
+            T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
                 inv[i_b, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -201,7 +201,7 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads=1, block_b=1):
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
             xf = T.alloc_local((B_b, B_r, B_h), "float32")
-            xf_for_absmax = T.alloc_local((B_b, B_r, B_h), "float32")
+            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), "float32")
             _t0 = T.alloc_local((B_b, B_h), "float32")
             amax = T.alloc_local((B_b, B_h), "float32")
             sf_codes = T.alloc_local((B_b, B_h), "uint32")
@@ -209,8 +209,8 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads=1, block_b=1):
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf_for_absmax[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=1)
+                xf_for_absmax_over_r[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
+            T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
                 sf_codes[i_b, i_h] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -245,7 +245,7 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
             xf = T.alloc_local((B_b, B_r, B_h), "float32")
-            xf_for_absmax = T.alloc_local((B_b, B_r, B_h), "float32")
+            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), "float32")
             _t0 = T.alloc_local((B_b, B_h), "float32")
             amax = T.alloc_local((B_b, B_h), "float32")
             sf_codes = T.alloc_local((B_b, B_h), "uint32")
@@ -254,8 +254,8 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf_for_absmax[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=1)
+                xf_for_absmax_over_r[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
+            T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
                 sf_codes[i_b, i_h] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))

@@ -35,15 +35,15 @@ def build_e4m3_fp32_row(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -75,15 +75,15 @@ def build_e4m3_fp32_col(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -115,15 +115,15 @@ def build_e4m3_pow2_row(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -155,15 +155,15 @@ def build_e4m3_pow2_col(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -195,7 +195,7 @@ def build_e4m3_ue8m0_row(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -203,8 +203,8 @@ def build_e4m3_ue8m0_row(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -239,7 +239,7 @@ def build_e4m3_ue8m0_col(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -247,8 +247,8 @@ def build_e4m3_ue8m0_col(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -283,15 +283,15 @@ def build_e4m3_ue8m0_byte_row(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -323,15 +323,15 @@ def build_e4m3_ue8m0_byte_col(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -363,15 +363,15 @@ def build_e5m2_fp32_row(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
@@ -403,15 +403,15 @@ def build_e5m2_fp32_col(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
@@ -443,15 +443,15 @@ def build_e5m2_pow2_row(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -483,15 +483,15 @@ def build_e5m2_pow2_col(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -523,7 +523,7 @@ def build_e5m2_ue8m0_row(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -531,8 +531,8 @@ def build_e5m2_ue8m0_row(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -567,7 +567,7 @@ def build_e5m2_ue8m0_col(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -575,8 +575,8 @@ def build_e5m2_ue8m0_col(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -611,15 +611,15 @@ def build_e5m2_ue8m0_byte_row(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -651,15 +651,15 @@ def build_e5m2_ue8m0_byte_col(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -693,7 +693,7 @@ def build_e2m1_fp32_row(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -701,8 +701,8 @@ def build_e2m1_fp32_row(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
@@ -738,7 +738,7 @@ def build_e2m1_fp32_col(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -746,8 +746,8 @@ def build_e2m1_fp32_col(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
@@ -783,7 +783,7 @@ def build_e2m1_pow2_row(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -791,8 +791,8 @@ def build_e2m1_pow2_row(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -828,7 +828,7 @@ def build_e2m1_pow2_col(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -836,8 +836,8 @@ def build_e2m1_pow2_col(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -873,7 +873,7 @@ def build_e2m1_ue8m0_row(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -882,8 +882,8 @@ def build_e2m1_ue8m0_row(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -922,7 +922,7 @@ def build_e2m1_ue8m0_col(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -931,8 +931,8 @@ def build_e2m1_ue8m0_col(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -971,7 +971,7 @@ def build_e2m1_ue8m0_byte_row(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -979,8 +979,8 @@ def build_e2m1_ue8m0_byte_row(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1016,7 +1016,7 @@ def build_e2m1_ue8m0_byte_col(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1024,8 +1024,8 @@ def build_e2m1_ue8m0_byte_col(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1061,7 +1061,7 @@ def build_e5m6_fp32_row(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1069,8 +1069,8 @@ def build_e5m6_fp32_row(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
@@ -1108,7 +1108,7 @@ def build_e5m6_fp32_col(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1116,8 +1116,8 @@ def build_e5m6_fp32_col(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
@@ -1155,7 +1155,7 @@ def build_e5m6_pow2_row(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1163,8 +1163,8 @@ def build_e5m6_pow2_row(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1202,7 +1202,7 @@ def build_e5m6_pow2_col(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1210,8 +1210,8 @@ def build_e5m6_pow2_col(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1249,7 +1249,7 @@ def build_e5m6_ue8m0_row(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -1258,8 +1258,8 @@ def build_e5m6_ue8m0_row(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -1300,7 +1300,7 @@ def build_e5m6_ue8m0_col(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
@@ -1309,8 +1309,8 @@ def build_e5m6_ue8m0_col(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -1351,7 +1351,7 @@ def build_e5m6_ue8m0_byte_row(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1359,8 +1359,8 @@ def build_e5m6_ue8m0_byte_row(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1398,7 +1398,7 @@ def build_e5m6_ue8m0_byte_col(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             inv = T.alloc_local((B_t, B_g), "float32")
@@ -1406,8 +1406,8 @@ def build_e5m6_ue8m0_byte_col(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")

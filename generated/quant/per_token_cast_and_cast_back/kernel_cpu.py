@@ -34,7 +34,7 @@ def build_e4m3_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf = T.alloc_local((B_t, B_g), "float32")
@@ -43,8 +43,8 @@ def build_e4m3_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(448.0))
@@ -75,7 +75,7 @@ def build_e4m3_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf = T.alloc_local((B_t, B_g), "float32")
@@ -84,8 +84,8 @@ def build_e4m3_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(448.0))
@@ -116,7 +116,7 @@ def build_e4m3_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf = T.alloc_local((B_t, B_g), "float32")
@@ -125,8 +125,8 @@ def build_e4m3_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
@@ -157,7 +157,7 @@ def build_e4m3_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf = T.alloc_local((B_t, B_g), "float32")
@@ -166,8 +166,8 @@ def build_e4m3_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
@@ -198,7 +198,7 @@ def build_e5m2_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf = T.alloc_local((B_t, B_g), "float32")
@@ -207,8 +207,8 @@ def build_e5m2_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(57344.0))
@@ -239,7 +239,7 @@ def build_e5m2_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf = T.alloc_local((B_t, B_g), "float32")
@@ -248,8 +248,8 @@ def build_e5m2_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(57344.0))
@@ -280,7 +280,7 @@ def build_e5m2_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf = T.alloc_local((B_t, B_g), "float32")
@@ -289,8 +289,8 @@ def build_e5m2_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
@@ -321,7 +321,7 @@ def build_e5m2_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf = T.alloc_local((B_t, B_g), "float32")
@@ -330,8 +330,8 @@ def build_e5m2_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
@@ -362,7 +362,7 @@ def build_e2m1_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf = T.alloc_local((B_t, B_g), "float32")
@@ -371,8 +371,8 @@ def build_e2m1_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(6.0))
@@ -403,7 +403,7 @@ def build_e2m1_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf = T.alloc_local((B_t, B_g), "float32")
@@ -412,8 +412,8 @@ def build_e2m1_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(6.0))
@@ -444,7 +444,7 @@ def build_e2m1_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf = T.alloc_local((B_t, B_g), "float32")
@@ -453,8 +453,8 @@ def build_e2m1_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
@@ -485,7 +485,7 @@ def build_e2m1_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf = T.alloc_local((B_t, B_g), "float32")
@@ -494,8 +494,8 @@ def build_e2m1_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
@@ -526,7 +526,7 @@ def build_e5m6_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf = T.alloc_local((B_t, B_g), "float32")
@@ -535,8 +535,8 @@ def build_e5m6_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(65024.0))
@@ -567,7 +567,7 @@ def build_e5m6_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf = T.alloc_local((B_t, B_g), "float32")
@@ -576,8 +576,8 @@ def build_e5m6_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(65024.0))
@@ -608,7 +608,7 @@ def build_e5m6_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf = T.alloc_local((B_t, B_g), "float32")
@@ -617,8 +617,8 @@ def build_e5m6_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
@@ -649,7 +649,7 @@ def build_e5m6_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf = T.alloc_local((B_t, B_g), "float32")
@@ -658,8 +658,8 @@ def build_e5m6_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")

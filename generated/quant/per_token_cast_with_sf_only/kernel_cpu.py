@@ -34,14 +34,14 @@ def build_e4m3_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 if (b_t * B_t + i_t) < N_t:
@@ -68,14 +68,14 @@ def build_e4m3_pow2(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 if (b_t * B_t + i_t) < N_t:
@@ -102,15 +102,15 @@ def build_e4m3_ue8m0(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -139,14 +139,14 @@ def build_e4m3_ue8m0_byte(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 if (b_t * B_t + i_t) < N_t:
@@ -173,14 +173,14 @@ def build_e5m2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 if (b_t * B_t + i_t) < N_t:
@@ -207,14 +207,14 @@ def build_e5m2_pow2(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 if (b_t * B_t + i_t) < N_t:
@@ -241,15 +241,15 @@ def build_e5m2_ue8m0(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -278,14 +278,14 @@ def build_e5m2_ue8m0_byte(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 if (b_t * B_t + i_t) < N_t:
@@ -312,14 +312,14 @@ def build_e2m1_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 if (b_t * B_t + i_t) < N_t:
@@ -346,14 +346,14 @@ def build_e2m1_pow2(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 if (b_t * B_t + i_t) < N_t:
@@ -380,15 +380,15 @@ def build_e2m1_ue8m0(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -417,14 +417,14 @@ def build_e2m1_ue8m0_byte(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 if (b_t * B_t + i_t) < N_t:
@@ -451,14 +451,14 @@ def build_e5m6_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 if (b_t * B_t + i_t) < N_t:
@@ -485,14 +485,14 @@ def build_e5m6_pow2(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 if (b_t * B_t + i_t) < N_t:
@@ -519,15 +519,15 @@ def build_e5m6_ue8m0(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             sf_codes = T.alloc_local((B_t, B_g), "uint32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -556,14 +556,14 @@ def build_e5m6_ue8m0_byte(H, group, x_dtype, *, threads=1, block_t=1):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
             _t0 = T.alloc_local((B_t, B_g), "float32")
             amax = T.alloc_local((B_t, B_g), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax, _t0, dim=2)
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 if (b_t * B_t + i_t) < N_t:
