@@ -7,10 +7,13 @@ import sys
 
 def test_bench_cpu_small(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tkgen.cli", "bench", "topk_gate", "--device", "cpu",
-                        "--against", "torch,tilekernels", "--reps", "3", "--out", str(tmp_path)],
+                        "--against", "torch,tilekernels", "--reps", "3", "--jobs", "2", "--out", str(tmp_path)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+    assert "built 2 workloads" in r.stdout            # built first in worker processes
     data = json.loads((tmp_path / "bench.json").read_text())
+    mine = [x for x in data["results"] if x["impl"] == "tkgen"]
+    assert len(mine) == 2 and all(x["extra"]["checked"] == "matches the reference" for x in mine)
     impls = {(x["workload"], x["impl"]) for x in data["results"]}
     assert any(i == "tkgen" for _, i in impls) and any(i == "torch" for _, i in impls)
     skipped = [x for x in data["results"] if x["impl"] == "tilekernels"]

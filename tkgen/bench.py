@@ -63,6 +63,8 @@ def time_fn(fns: List[Callable], device, reps=30, batch=10, warmup_ms=25.0, grap
         call(i)
         i += 1
         _sync(device)
+    # a slow implementation (the eager reference) needs no batching to dwarf the event overhead
+    batch = max(1, min(batch, int(2e-3 / ((time.perf_counter() - t0) / i))))
     used_graph = False
     if device.type == "cuda":
         runner = lambda: [call(k) for k in range(batch)]  # noqa: E731
@@ -145,56 +147,112 @@ def workload_inputs(pkg, workload, device, copies):
     return sets, params
 
 
-def bench_op(name, device, against, adapters, reps=30, log=print, schedule=None):
-    """All results for one operator's workloads."""
+def workload_impls(name, wl, device, against, adapters, copies=None, schedule=None):
+    """What timing one workload needs: its label, bytes, op count, first input set and params, and per
+    implementation (one callable per rotated input set, or None, note). `copies=None` rotates enough
+    input sets on CUDA that the working set exceeds the L2 cache."""
     from .model import load_catalog
     cat = load_catalog(registry.specs_dir())
     spec = cat.op(name)
     pkg = registry.op_package(name)
     ref_mod = importlib.import_module(pkg.__name__ + ".reference")
-    results = []
-    for wl in spec.workloads:
-        wl = dict(wl)
-        if device.type == "cpu":
-            wl["dims"] = {k: (min(v, 256) if k == spec.dynamic_dim else v) for k, v in wl["dims"].items()}
-        probe, params = workload_inputs(pkg, wl, torch.device("cpu") if device.type == "cpu" else device, 1)
-        dims = check(pkg.OP, probe[0], params)
-        launch, outs = prepare(pkg.OP, probe[0], params, schedule=schedule, dims=dims)
-        nbytes = sum(t.numel() * t.element_size() for t in probe[0].values() if t is not None) + \
-            sum(o.numel() * o.element_size() for o in outs)
+    wl = dict(wl)
+    if device.type == "cpu":
+        wl["dims"] = {k: (min(v, 256) if k == spec.dynamic_dim else v) for k, v in wl["dims"].items()}
+    probe, params = workload_inputs(pkg, wl, device, 1)
+    dims = check(pkg.OP, probe[0], params)
+    launch, outs = prepare(pkg.OP, probe[0], params, schedule=schedule, dims=dims)
+    nbytes = sum(t.numel() * t.element_size() for t in probe[0].values() if t is not None) + \
+        sum(o.numel() * o.element_size() for o in outs)
+    if copies is None:
         copies = max(1, min(16, -(-2 * L2_BYTES // max(nbytes, 1)))) if device.type == "cuda" else 1
-        sets, _ = workload_inputs(pkg, wl, device, copies)
-        label = wl["name"] + " " + ",".join(f"{k}={v}" for k, v in wl["dims"].items())
-        present = {f"?{n}": probe[0][n] is not None for n in spec.optional_inputs}
-        ops = op_count(spec, cat, {**dims, **params, **present})
-        impls = {}
-        launches = [prepare(pkg.OP, s, params, schedule=schedule)[0] for s in sets]
-        impls["tkgen"] = (launches, "")
-        ref = ref_mod.VARIANTS[variant_of(pkg.OP, params, probe[0])]
-        statics = [params[p.name] for p in pkg.OP.params if not p.structural]
-        args_of = lambda s: [s[i.name] for i in pkg.OP.inputs] + statics  # noqa: E731
-        if "torch" in against:
-            impls["torch"] = ([(lambda s=s: ref(*args_of(s))) for s in sets], "")
-        if "compile" in against:
-            try:
-                cref = torch.compile(ref, dynamic=False)
-                cref(*args_of(sets[0]))
-                impls["compile"] = ([(lambda s=s: cref(*args_of(s))) for s in sets], "")
-            except Exception as e:  # noqa: BLE001
-                impls["compile"] = (None, f"torch.compile failed: {type(e).__name__}: {str(e)[:120]}")
-        for comp in against:
-            if comp in ("torch", "compile", "tkgen"):
-                continue
-            adapter = adapters.get(comp, {}).get(name)
-            if adapter is None:
-                impls[comp] = (None, f"no {comp} adapter for {name}")
-                continue
-            try:
-                fn = adapter(params, dims)
-                fn(*[sets[0][i.name] for i in pkg.OP.inputs])
-                impls[comp] = ([(lambda s=s: fn(*[s[i.name] for i in pkg.OP.inputs])) for s in sets], "")
-            except Exception as e:  # noqa: BLE001
-                impls[comp] = (None, f"{comp} unavailable: {type(e).__name__}: {str(e)[:160]}")
+    sets = probe + (workload_inputs(pkg, wl, device, copies)[0][1:] if copies > 1 else [])
+    present = {f"?{n}": probe[0][n] is not None for n in spec.optional_inputs}
+    impls = {"tkgen": ([prepare(pkg.OP, s, params, schedule=schedule)[0] for s in sets], "")}
+    ref = ref_mod.VARIANTS[variant_of(pkg.OP, params, probe[0])]
+    statics = [params[p.name] for p in pkg.OP.params if not p.structural]
+    args_of = lambda s: [s[i.name] for i in pkg.OP.inputs] + statics  # noqa: E731
+    if "torch" in against:
+        impls["torch"] = ([(lambda s=s: ref(*args_of(s))) for s in sets], "")
+    if "compile" in against:
+        try:
+            cref = torch.compile(ref, dynamic=False)
+            cref(*args_of(sets[0]))
+            impls["compile"] = ([(lambda s=s: cref(*args_of(s))) for s in sets], "")
+        except Exception as e:  # noqa: BLE001
+            impls["compile"] = (None, f"torch.compile failed: {type(e).__name__}: {str(e)[:120]}")
+    for comp in against:
+        if comp in ("torch", "compile", "tkgen"):
+            continue
+        adapter = adapters.get(comp, {}).get(name)
+        if adapter is None:
+            impls[comp] = (None, f"no {comp} adapter for {name}")
+            continue
+        try:
+            fn = adapter(params, dims)
+            fn(*[sets[0][i.name] for i in pkg.OP.inputs])
+            impls[comp] = ([(lambda s=s: fn(*[s[i.name] for i in pkg.OP.inputs])) for s in sets], "")
+        except Exception as e:  # noqa: BLE001
+            impls[comp] = (None, f"{comp} unavailable: {type(e).__name__}: {str(e)[:160]}")
+    return dict(label=wl["name"] + " " + ",".join(f"{k}={v}" for k, v in wl["dims"].items()),
+                nbytes=nbytes, ops=op_count(spec, cat, {**dims, **params, **present}),
+                inputs=probe[0], params=params, impls=impls)
+
+
+def _warm_one(job):
+    """In a worker process: build every implementation of one workload once, which fills the disk caches
+    (TileLang's kernels, Inductor's graphs) that the timing process then reads."""
+    name, index, device_type, against, adapters_path = job
+    registry.use_generated()
+    from .model import load_catalog
+    t = time.time()
+    try:
+        wl = load_catalog(registry.specs_dir()).op(name).workloads[index]
+        workload_impls(name, wl, torch.device(device_type), against, _load_adapters(adapters_path), copies=1)
+        return f"{name}[{index}] built in {time.time() - t:.0f} s"
+    except Exception as e:  # noqa: BLE001  (the timing process meets it again and reports it)
+        return f"{name}[{index}] failed to build: {type(e).__name__}: {str(e)[:200]}"
+
+
+def warm_caches(names, device, against, adapters_path, jobs, log=print):
+    """Build every workload's implementations in `jobs` worker processes at once (compiling is most of a
+    bench's time; timing then runs alone in one process)."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    import os
+    from .model import load_catalog
+    cat = load_catalog(registry.specs_dir())
+    work = [(n, i, device.type, tuple(against), adapters_path) for n in names for i in range(len(cat.op(n).workloads))]
+    saved = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"     # the workers are the parallelism
+    t = time.time()
+    try:
+        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+            for k, msg in enumerate(pool.map(_warm_one, work)):
+                log(f"  warm {k + 1}/{len(work)} {msg}")
+    finally:
+        if saved is None:
+            os.environ.pop("TORCHINDUCTOR_COMPILE_THREADS")
+        else:
+            os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = saved
+    log(f"built {len(work)} workloads in {time.time() - t:.0f} s with {jobs} workers")
+
+
+def bench_op(name, device, against, adapters, reps=30, log=print, schedule=None):
+    """All results for one operator's workloads; the generated kernel's outputs on the first input set are
+    checked against the reference (as the spec declares) before it is timed."""
+    from .model import load_catalog
+    from .testing.check import check_tensors
+    results = []
+    for wl in load_catalog(registry.specs_dir()).op(name).workloads:
+        w = workload_impls(name, wl, device, against, adapters, schedule=schedule)
+        label, impls, extra = w["label"], w["impls"], {"ops": w["ops"]}
+        try:
+            check_tensors(name, w["inputs"], dict(w["params"]))
+            extra["checked"] = "matches the reference"
+        except AssertionError as e:
+            extra["checked"] = f"MISMATCH: {str(e)[:300]}"
+            log(f"  {name} [{label}] tkgen output MISMATCH: {str(e)[:300]}")
         rounds = {impl: [] for impl, (fns, _) in impls.items() if fns is not None}
         graphs = {}
         for _ in range(ROUNDS):   # alternate: slow drifts (clocks, heat) spread over every implementation
@@ -204,18 +262,18 @@ def bench_op(name, device, against, adapters, reps=30, log=print, schedule=None)
         for impl, (fns, note) in impls.items():
             if fns is None:
                 log(f"  {name} [{label}] {impl}: skipped ({note})")
-                results.append(Result(name, label, impl, None, nbytes, note=note, extra={"ops": ops}))
+                results.append(Result(name, label, impl, None, w["nbytes"], note=note, extra=extra))
                 continue
             t = statistics.median(rounds[impl])
-            results.append(Result(name, label, impl, t, nbytes, gbps=nbytes / (t * 1e-6) / 1e9,
+            results.append(Result(name, label, impl, t, w["nbytes"], gbps=w["nbytes"] / (t * 1e-6) / 1e9,
                                   spread_us=max(rounds[impl]) - min(rounds[impl]),
                                   note="" if graphs[impl] or device.type == "cpu" else "timed without CUDA graph",
-                                  extra={"ops": ops}))
+                                  extra=extra))
             log(f"  {name} [{label}] {impl}: {t:.1f} µs ({results[-1].gbps:.0f} GB/s)")
     return results
 
 
-def report(results, copy_gbps, device_name, out_dir):
+def report(results, copy_gbps, device_name, out_dir, plot=True):
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for r in results:
@@ -229,8 +287,11 @@ def report(results, copy_gbps, device_name, out_dir):
         mine = impls.get("tkgen")
         for impl, r in impls.items():
             ratio = f"{mine.time_us / r.time_us:.2f}" if (mine and mine.time_us and r.time_us and impl != "tkgen") else ""
-            rows.append(f"| {op} | {wl} | {impl} | {r.time_us:.1f} | {r.gbps:.0f} | {r.pct_copy:.0f}% | {ratio} | {r.note} |"
-                        if r.time_us else f"| {op} | {wl} | {impl} | – | – | – | | {r.note} |")
+            note = r.note
+            if impl == "tkgen" and r.extra.get("checked", "").startswith("MISMATCH"):
+                note = (note + "; " if note else "") + "output does NOT match the reference"
+            rows.append(f"| {op} | {wl} | {impl} | {r.time_us:.1f} | {r.gbps:.0f} | {r.pct_copy:.0f}% | {ratio} | {note} |"
+                        if r.time_us else f"| {op} | {wl} | {impl} | – | – | – | | {note} |")
     table = "\n".join(rows)
     meta = {"device": device_name, "copy_gbps": copy_gbps, "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%d"), "cuda": torch.version.cuda}
@@ -241,7 +302,8 @@ def report(results, copy_gbps, device_name, out_dir):
         pass
     (out_dir / "bench.json").write_text(json.dumps({"meta": meta, "results": [asdict(r) for r in results]}, indent=1))
     (out_dir / "bench.md").write_text(f"{meta}\n\ncopy bandwidth: {copy_gbps:.0f} GB/s\n\n{table}\n")
-    _plot(results, copy_gbps, out_dir / "roofline.png")
+    if plot:
+        _plot(results, copy_gbps, out_dir / "roofline.png")
     return table
 
 

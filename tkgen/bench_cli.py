@@ -13,7 +13,7 @@ DEFAULT_ADAPTERS = registry.REPO / "benchmarks" / "competitors.py"
 
 def cmd_bench(args):
     import torch
-    from .bench import _load_adapters, bench_op, copy_bandwidth, report
+    from .bench import _load_adapters, bench_op, copy_bandwidth, report, warm_caches
 
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -25,13 +25,16 @@ def cmd_bench(args):
     print(f"measuring copy bandwidth on {device} ...", flush=True)
     copy = copy_bandwidth(device)
     print(f"copy: {copy:.0f} GB/s", flush=True)
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    if args.jobs > 1:
+        warm_caches(ops, device, against, args.adapters, args.jobs, log=lambda m: print(m, flush=True))
     results = []
     for name in ops:
         print(f"{name}:", flush=True)
         results += bench_op(name, device, against, adapters, reps=args.reps,
                             log=lambda m: print(m, flush=True))
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(report(results, copy, name, args.out))
+        report(results, copy, device_name, args.out, plot=False)   # so far: a run cut short keeps its results
+    print(report(results, copy, device_name, args.out))
     print(f"\nwrote {args.out}/bench.json, bench.md, roofline.png")
     return 0
 
@@ -157,6 +160,8 @@ def register(sub):
     p.add_argument("--out", default="bench-out")
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--adapters", default=str(DEFAULT_ADAPTERS), help="competitor adapters (a Python file)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="worker processes that build every implementation first (compiles in parallel)")
     p.set_defaults(fn=cmd_bench)
     p = sub.add_parser("tune", help="sweep the profile's schedule space; write the fastest correct one back")
     p.add_argument("op")

@@ -155,10 +155,14 @@ def _show(v):
 
 def run_case(op_name: str, case: dict, device="cpu", arch=None):
     """Kernel vs reference on one case; raises AssertionError describing the first mismatch."""
+    return check_tensors(op_name, build_inputs(case, device), dict(case["params"]), arch)
+
+
+def check_tensors(op_name: str, tensors: dict, params: dict, arch=None):
+    """Kernel vs reference on given input tensors (on their device): outputs poisoned first, compared as
+    each declares; returns (kernel outputs, reference outputs)."""
     pkg = registry.op_package(op_name)
     op = pkg.OP
-    tensors = build_inputs(case, device)
-    params = dict(case["params"])
     check(op, tensors, params)
     out = poisoned(op, tensors, params)
     before = [o.clone() for o in out]
