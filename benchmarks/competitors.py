@@ -4,6 +4,7 @@ This file is data for the benchmark, not part of the generator. Each adapter tak
 bound sizes and returns a function of the op's input tensors that runs the competitor (its outputs are
 not used). An adapter that cannot run here (package missing, no GPU) raises; the bench says why.
 """
+import torch
 
 
 def _tile_kernels():
@@ -14,76 +15,78 @@ def _tile_kernels():
 TK_FORMATS = ("e4m3", "e2m1")          # TileKernels 2.1.0 casts to these; e5m6 was removed in 2.x, e5m2 never existed
 
 
-def _tk_cast_kwargs(params, dims):
-    """TileKernels' keyword arguments for tkgen's group, scale and layout params (raises where it has none)."""
-    if params["fmt"] not in TK_FORMATS:
-        raise NotImplementedError(f"TileKernels 2.1.0 has no {params['fmt']} cast")
-    group, scale = params["group"], params.get("scale", "fp32")
-    if group == dims["H"]:
-        raise NotImplementedError("TileKernels 2.1.0 removed one scale per row (num_per_channels == H)")
-    if scale == "ue8m0_byte":
-        raise NotImplementedError("TileKernels 2.1.0 has no unpacked UE8M0 scales")
-    kwargs = dict(round_sf=scale in ("pow2", "ue8m0"))
-    col = params.get("sf_layout") == "col"
-    if scale == "ue8m0":   # TileKernels packs UE8M0 only in its column-major TMA layout
-        kwargs.update(use_packed_ue8m0=True)
-        col = True
-    if col:
-        kwargs.update(use_tma_aligned_col_major_sf=True)
-    return kwargs
+def _need(ok, why):
+    """Raise before the call where TileKernels has no kernel for the case (rather than assert on the GPU)."""
+    if not ok:
+        raise NotImplementedError(f"TileKernels 2.1.0 {why}")
+
+
+def _tk_sf_kwargs(scale, layout="row"):
+    """TileKernels' keyword arguments for tkgen's scale format and layout. Its packed UE8M0 is tkgen's (four groups
+    per int32, group j in byte j % 4), row-major or in the column-major TMA layout; it has no unpacked bytes."""
+    _need(scale != "ue8m0_byte", "has no unpacked UE8M0 scales")
+    return dict(round_sf=scale in ("pow2", "ue8m0"), use_packed_ue8m0=scale == "ue8m0",
+                use_tma_aligned_col_major_sf=layout == "col")
+
+
+def _tk_per_token(params, dims):
+    _need(params["fmt"] in TK_FORMATS, f"has no {params['fmt']} cast")
+    _need(params["group"] in (16, 32, 64, 128), "casts per token in groups of 16, 32, 64 or 128 (no scale per row)")
+    _need(dims["H"] % 64 == 0, "casts per token only with H % 64 == 0")
 
 
 def tk_per_token_cast(params, dims):
     tk = _tile_kernels()
-    kwargs = _tk_cast_kwargs(params, dims)
+    _tk_per_token(params, dims)
+    kwargs = _tk_sf_kwargs(params["scale"], params.get("sf_layout", "row"))
     return lambda x: tk.quant.per_token_cast(x, params["fmt"], params["group"], **kwargs)
 
 
 def tk_per_token_cast_with_sf_only(params, dims):
     tk = _tile_kernels()
-    kwargs = _tk_cast_kwargs(params, dims)
+    _tk_per_token(params, dims)
+    kwargs = _tk_sf_kwargs(params["scale"], params.get("sf_layout", "row"))
     return lambda x: tk.quant.per_token_cast_with_sf_only(x, params["fmt"], params["group"], **kwargs)
 
 
 def tk_per_token_cast_with_precomputed_sf(params, dims):
     tk = _tile_kernels()
-    kwargs = _tk_cast_kwargs({**params, "scale": "fp32"}, dims)
-    return lambda x, sf: tk.quant.per_token_cast_with_precomputed_sf(x, params["fmt"], params["group"], sf, **kwargs)
+    _tk_per_token(params, dims)
+    return lambda x, sf: tk.quant.per_token_cast_with_precomputed_sf(x, params["fmt"], params["group"], sf)
 
 
 def tk_cast_back(params, dims):
-    """TileKernels dequantizes to bf16 or fp32 from (q, sf) with a (1, block) scale block. Its packed UE8M0
-    input is column-major (int32 with stride(0) == 1); tkgen's is row-major, so that case raises."""
+    """TileKernels dequantizes (q, sf) with a (1, block) scale block, from float32 or packed UE8M0 scales (int32,
+    row-major as tkgen's or column-major)."""
     tk = _tile_kernels()
-    _tk_cast_kwargs({"fmt": params["fmt"], "group": params["block"], "scale": params["scale"]}, dims)
-    if params["scale"] != "fp32":
-        raise NotImplementedError("TileKernels reads packed UE8M0 scales only column-major")
+    _need(params["fmt"] in TK_FORMATS, f"has no {params['fmt']} cast back")
+    _need(params["scale"] != "ue8m0_byte", "has no unpacked UE8M0 scales")
+    _need(dims["H"] % 64 == 0, "casts back only with H % 64 == 0")
     return lambda q, sf: tk.quant.cast_back((q, sf), params["out"], (1, params["block"]))
 
 
 def tk_per_token_cast_and_cast_back(params, dims):
     """In place in TileKernels (x keeps its dtype): the adapter times the in-place kernel on the input."""
     tk = _tile_kernels()
-    kwargs = _tk_cast_kwargs(params, dims)
-    kwargs.pop("use_tma_aligned_col_major_sf", None)
-    return lambda x: tk.quant.per_token_cast_and_cast_back(x, params["fmt"], params["group"], **kwargs)
+    _tk_per_token(params, dims)
+    out = {"bf16": torch.bfloat16, "fp32": torch.float32}[params["out"]]
+
+    def run(x):
+        _need(x.dtype == out, f"casts back in place, into x's dtype {x.dtype}, not into {params['out']}")
+        return tk.quant.per_token_cast_and_cast_back(x, params["fmt"], params["group"],
+                                                     round_sf=params["scale"] == "pow2")
+    return run
 
 
 def tk_topk_gate(params, dims):
     tk = _tile_kernels()
+    _need(params["k"] <= 32, "selects at most 32 experts per token")
     return lambda scores: tk.moe.topk_gate(scores, params["k"])
 
 
-def _tk_scale_kwargs(scale):
-    kwargs = dict(round_sf=scale in ("pow2", "ue8m0"))
-    if scale == "ue8m0":   # TileKernels packs UE8M0 only in its column-major TMA layout
-        kwargs.update(use_packed_ue8m0=True, use_tma_aligned_col_major_sf=True)
-    return kwargs
-
-
 def _tk_whole_blocks(dims, rows_name, cols_name="H"):
-    if dims[rows_name] % 128 or dims[cols_name] % 128:
-        raise NotImplementedError(f"TileKernels 2.1.0 needs {rows_name} % 128 == 0 and {cols_name} % 128 == 0")
+    _need(dims[rows_name] % 128 == 0 and dims[cols_name] % 128 == 0,
+          f"needs {rows_name} % 128 == 0 and {cols_name} % 128 == 0")
 
 
 def _tk_per_block(function):
@@ -92,7 +95,7 @@ def _tk_per_block(function):
         fn = getattr(_tile_kernels().quant, function)
         _tk_whole_blocks(dims, "T")
         block = (params["block_rows"], params["block_cols"])
-        kwargs = _tk_scale_kwargs(params["scale"])
+        kwargs = _tk_sf_kwargs(params["scale"])
         return lambda x: fn(x, params["fmt"], block, **kwargs)
     return adapter
 
@@ -109,28 +112,28 @@ def tk_per_block_cast_with_precomputed_sf(params, dims):
 
 
 def tk_per_block_cast_lossless(params, dims):
-    """TileKernels re-blocks (q, sf) given as a pair, with float32 input scales here: it reads packed UE8M0
-    input scales only column-major (tkgen's are row-major) and has no unpacked UE8M0 bytes. Its packed
-    UE8M0 output is column-major, as tkgen's with sf_layout="col"."""
+    """TileKernels re-blocks (q, sf) given as a pair, from float32 or packed UE8M0 input scales. Its kernel
+    device-asserts (a trap that ends the process's CUDA context) that each input exponent is within 11 of its
+    output block's largest; the bench's random scales are not (float32 ones even have signs), so it is timed on
+    unit scales, one buffer per input set (the kernel's time does not depend on the values)."""
     tk = _tile_kernels()
     _tk_whole_blocks(dims, "T")
-    if params["in_scale"] != "fp32":
-        raise NotImplementedError("TileKernels reads packed UE8M0 input scales only column-major")
-    if params["scale"] == "ue8m0_byte":
-        raise NotImplementedError("TileKernels 2.1.0 has no unpacked UE8M0 scales")
-    kwargs = {}
-    if params["scale"] == "ue8m0":
-        kwargs.update(use_packed_ue8m0=True, use_tma_aligned_col_major_sf=True)
-    elif params["sf_layout"] == "col":
-        kwargs.update(use_tma_aligned_col_major_sf=True)
+    _need(params["in_scale"] != "ue8m0_byte", "has no unpacked UE8M0 scales")
+    kwargs = _tk_sf_kwargs(params["scale"], params["sf_layout"])
     x_block, out_block = (1, params["in_cols"]), (params["block_rows"], params["block_cols"])
-    return lambda q, sf: tk.quant.per_block_cast_lossless((q, sf), "e4m3", x_block, out_block, **kwargs)
+    one = 0x7F7F7F7F if params["in_scale"] == "ue8m0" else 1.0      # 2^0: four exponent bytes 127, or float32
+    unit = {}
+
+    def run(q, sf):
+        if sf.data_ptr() not in unit:
+            unit[sf.data_ptr()] = torch.full_like(sf, one)
+        return tk.quant.per_block_cast_lossless((q, unit[sf.data_ptr()]), "e4m3", x_block, out_block, **kwargs)
+    return run
 
 
 def tk_per_channel_cast(params, dims):
     tk = _tile_kernels()
-    if params["transpose"]:
-        raise NotImplementedError("TileKernels 2.1.0 removed per_channel_cast_and_transpose")
+    _need(not params["transpose"], "removed per_channel_cast_and_transpose")
     _tk_whole_blocks(dims, "T")
     scale = params["scale"]
     # TileKernels' packed UE8M0 for per-channel scales packs four row groups per word (tkgen: four channels)
@@ -146,80 +149,87 @@ def tk_batched_transpose(params, dims):
     if dims["M"] % 64 or dims["N"] % 64:
         raise NotImplementedError("TileKernels' batched_transpose needs M % 64 == 0 and N % 64 == 0")
     return lambda x: transpose.batched_transpose(x)
-def _tk_swiglu_moe(params, pos_to_token_topk, pos_to_expert):
-    """TileKernels 2.1.0's SwiGLU options: per-row weights (already gathered) times routed_scaling_factor, a
-    compile-time clamp; it has no gather at positions and marks padding by a psum layout, not per row."""
-    if pos_to_token_topk is not None or pos_to_expert is not None:
-        raise NotImplementedError("TileKernels 2.1.0 takes gathered weights and a psum layout, not positions")
+
+
+def _tk_swiglu_moe(params, weights, pos_to_token_topk, pos_to_expert):
+    """TileKernels 2.1.0's SwiGLU options: per-row weights (already gathered) times routed_scaling_factor (only
+    with weights), a compile-time clamp; it has no gather at positions and marks padding by a psum layout."""
+    _need(pos_to_token_topk is None and pos_to_expert is None,
+          "takes gathered weights and a psum layout, not positions")
     rsf = params.get("routed_scaling_factor", 1.0)
-    return dict(routed_scaling_factor=None if rsf == 1.0 else rsf, clamp_value=params.get("clamp"))
+    _need(rsf == 1.0 or weights is not None, "applies routed_scaling_factor only with topk_weights")
+    return dict(topk_weights=weights, routed_scaling_factor=None if rsf == 1.0 else rsf,
+                clamp_value=params.get("clamp"))
+
+
+def _tk_clamped_count(params, x):
+    """With a clamp, tkgen counts the clamped values: TileKernels does when given its int64[4] counter."""
+    return None if params.get("clamp") is None else torch.zeros(4, dtype=torch.int64, device=x.device)
 
 
 def tk_swiglu_forward(params, dims):
     tk = _tile_kernels()
+    _need(dims["H"] % 64 == 0, "needs H % 64 == 0 for SwiGLU")
 
     def run(x, weights=None, pos_to_token_topk=None, topk_weights=None, pos_to_expert=None):
-        return tk.quant.swiglu_forward(x, params["fmt"], topk_weights=weights,
-                                       **_tk_swiglu_moe(params, pos_to_token_topk, pos_to_expert))
+        moe = _tk_swiglu_moe(params, weights, pos_to_token_topk, pos_to_expert)
+        return tk.quant.swiglu_forward(x, params["fmt"], clamped_count=_tk_clamped_count(params, x), **moe)
     return run
 
 
 def tk_swiglu_forward_and_per_token_cast(params, dims):
     tk = _tile_kernels()
-    if params["group"] not in (32, 128):
-        raise NotImplementedError("TileKernels 2.1.0 casts SwiGLU outputs in groups of 32 or 128 only")
-    kwargs = _tk_scale_kwargs(params["scale"])
+    _need(params["group"] in (32, 128), "casts SwiGLU outputs in groups of 32 or 128 only")
+    _need(dims["H"] % 64 == 0, "needs H % 64 == 0 for SwiGLU")
+    kwargs = _tk_sf_kwargs(params["scale"])
 
     def run(x, weights=None, pos_to_token_topk=None, topk_weights=None, pos_to_expert=None):
+        moe = _tk_swiglu_moe(params, weights, pos_to_token_topk, pos_to_expert)
         return tk.quant.swiglu_forward_and_per_token_cast(
-            x, params["fmt"], params["group"], topk_weights=weights, **kwargs,
-            **_tk_swiglu_moe(params, pos_to_token_topk, pos_to_expert))
+            x, params["fmt"], params["group"], clamped_count=_tk_clamped_count(params, x), **kwargs, **moe)
     return run
 
 
 def tk_swiglu_backward(params, dims):
     tk = _tile_kernels()
+    _need(dims["H"] % 64 == 0, "needs H % 64 == 0 for SwiGLU backward")
 
     def run(x, grad_out, weights=None, pos_to_token_topk=None, topk_weights=None, pos_to_expert=None):
         # TileKernels returns the weight gradient only with weights; its x_grad dtype is `fmt`
-        fmt = "bf16" if x.dtype.itemsize == 2 else "fp32"
-        return tk.quant.swiglu_backward(x, grad_out, fmt, topk_weights=weights,
-                                        **_tk_swiglu_moe(params, pos_to_token_topk, pos_to_expert))
+        fmt = "bf16" if x.dtype == torch.bfloat16 else "fp32"
+        moe = _tk_swiglu_moe(params, weights, pos_to_token_topk, pos_to_expert)
+        return tk.quant.swiglu_backward(x, grad_out, fmt, **moe)
     return run
 
 
 def tk_swiglu_backward_and_per_token_cast(params, dims):
     tk = _tile_kernels()
-    if dims["H"] % 64:
-        raise NotImplementedError("TileKernels 2.1.0's SwiGLU backward needs H % 64 == 0")
-    scale = params["scale"]
-    kwargs = dict(round_sf=scale in ("pow2", "ue8m0"), use_packed_ue8m0=scale == "ue8m0",
-                  # TileKernels packs UE8M0 only in its column-major TMA layout
-                  use_tma_aligned_col_major_sf=params["sf_layout"] == "col" or scale == "ue8m0",
-                  clamp_value=params["clamp"], do_recompute=params["recompute"])
-    rsf = params["routed_scaling_factor"]
+    _need(dims["H"] % 64 == 0, "needs H % 64 == 0 for SwiGLU backward")
+    kwargs = dict(_tk_sf_kwargs(params["scale"], params["sf_layout"]), do_recompute=params["recompute"])
 
     def run(q, sf, act_x_grad, weights=None):
-        # TileKernels takes the routed scaling factor only with weights (tkgen: rsf alone without them)
-        if weights is None and rsf != 1.0:
-            raise NotImplementedError("TileKernels applies routed_scaling_factor only with topk_weights")
         return tk.quant.swiglu_backward_and_per_token_cast(
-            (q, sf), act_x_grad, fmt="e4m3", num_per_channels=params["group"], topk_weights=weights,
-            routed_scaling_factor=rsf if weights is not None else None, **kwargs)
+            (q, sf), act_x_grad, "e4m3", params["group"], **kwargs, **_tk_swiglu_moe(params, weights, None, None))
     return run
+
+
+def _tk_norm_rows(dims, multiple):
+    _need(dims["H"] % multiple == 0 and dims["H"] <= 8192,
+          f"normalizes rows of at most 8192 channels, a multiple of {multiple}")
 
 
 def tk_rmsnorm_forward(params, dims):
     tk = _tile_kernels()
+    _tk_norm_rows(dims, 16)
     return lambda x, weight=None, residual=None: tk.quant.norm_forward(
         x, weight, params["eps"], residual=residual, out_scale=params["out_scale"], with_rstd=True)
 
 
 def tk_rmsnorm_forward_and_per_token_cast(params, dims):
     tk = _tile_kernels()
-    if params["group"] != 32:
-        raise NotImplementedError("TileKernels 2.1.0 casts normalized rows in groups of 32 only")
-    kwargs = _tk_scale_kwargs(params["scale"])
+    _need(params["group"] == 32, "casts normalized rows in groups of 32 only")
+    _tk_norm_rows(dims, 32)
+    kwargs = _tk_sf_kwargs(params["scale"])
     return lambda x, weight=None, residual=None: tk.quant.norm_forward_and_per_token_cast(
         x, weight, params["eps"], params["fmt"], params["group"], residual=residual, out_scale=params["out_scale"],
         with_rstd=True, **kwargs)
@@ -227,6 +237,7 @@ def tk_rmsnorm_forward_and_per_token_cast(params, dims):
 
 def tk_rmsnorm_backward(params, dims):
     tk = _tile_kernels()
+    _tk_norm_rows(dims, 32)
     return lambda grad_out, x, rstd, weight=None, grad_residual=None: tk.quant.norm_backward(
         grad_out, x, weight, rstd, residual_out_grad=grad_residual, out_scale=params["out_scale"])
 

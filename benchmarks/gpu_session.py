@@ -26,6 +26,9 @@ PHASES = os.environ.get("TKGEN_GPU_PHASES", "anchors,props,tune,bench").split(",
 # Which ops the props, tune and bench phases cover (default: every generated op), and bench's competitors.
 OPS = [o for o in os.environ.get("TKGEN_GPU_OPS", "").split(",") if o]
 AGAINST = os.environ.get("TKGEN_GPU_AGAINST", "torch,compile,tilekernels")
+TMP = Path(os.environ.get("TKGEN_GPU_TMP", "/tmp/tkgen-gpu-session"))      # scratch, not sent back
+TMP.mkdir(parents=True, exist_ok=True)
+CASES, RESULTS = TMP / "props_cases.json", TMP / "props_results.jsonl"
 summary = []
 
 
@@ -60,6 +63,27 @@ def ops():
     return OPS or sorted(registry.op_modules())
 
 
+def resilient(name, ops_, command, done, timeout):
+    """Run `command(ops left)` in child processes until every op is done: a child that dies (a kernel's
+    illegal access poisons its CUDA context) or hangs loses only the op it was on, which is reported."""
+    left = list(ops_)
+    while left:
+        with open(OUT / f"{name}.log", "a") as f:
+            try:
+                rc = subprocess.run(command(left), stdout=f, stderr=subprocess.STDOUT, timeout=timeout).returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+        finished = done()
+        after = [o for o in left if o not in finished]
+        if after and rc == 0:
+            break
+        if after:
+            log(f"{name}: the child stopped ({rc}) on {after[0]}; it goes on without it")
+            summary.append((name, after[0], f"child process died ({rc}): see {name}.log"))
+            after = after[1:]
+        left = after
+
+
 def props():
     """EXAMPLES cases per op drawn from its Hypothesis strategy (fresh random shapes, params, dtypes and
     values), all built at once, then each checked on CUDA against the reference as the spec declares."""
@@ -71,16 +95,30 @@ def props():
         strat = __import__(registry.op_package(op).__name__ + ".strategies", fromlist=["cases"]).cases()
         drawn[op] = [strat.example() for _ in range(EXAMPLES)]
     precompile_cases(drawn)
-    for op, cases in drawn.items():
+    CASES.write_text(json.dumps(drawn))
+    RESULTS.write_text("")
+    resilient("props", drawn, lambda left: [sys.executable, __file__, "--props-child", *left],
+              lambda: {json.loads(l)[0] for l in RESULTS.read_text().splitlines()}, timeout=300)
+    for line in RESULTS.read_text().splitlines():
+        op, res = json.loads(line)
+        log(f"props {op}: {res[:2000]}")
+        summary.append(("props", op, res[:400]))
+
+
+def props_child(names):
+    drawn = json.loads(CASES.read_text())
+    for op in names:
         t, fails = time.time(), []
-        for case in cases:
+        for case in drawn[op]:
             try:
                 C.run_case(op, case, DEVICE)
             except Exception as e:  # noqa: BLE001
-                fails.append(f"{type(e).__name__}: {str(e)[:300]} | replay: {json.dumps(case)[:2000]}")
-        res = f"{len(cases) - len(fails)}/{len(cases)} cases pass" + (f"; first failure: {fails[0]}" if fails else "")
-        log(f"props {op}: {res} ({time.time() - t:.0f} s)")
-        summary.append(("props", op, res[:400]))
+                fails.append(f"{type(e).__name__}: {str(e)[:300]} | replay: {json.dumps(case)[:1500]}")
+        res = f"{len(drawn[op]) - len(fails)}/{len(drawn[op])} cases pass ({time.time() - t:.0f} s)"
+        res += f"; first failure: {fails[0]}" if fails else ""
+        print(f"props {op}: {res}", flush=True)
+        with open(RESULTS, "a") as f:
+            f.write(json.dumps([op, res]) + "\n")
 
 
 def anchors():
@@ -132,15 +170,35 @@ def tune():
 
 
 def bench():
-    with open(OUT / "bench.log", "w") as f:   # streamed, so a run cut short still shows its progress
-        r = subprocess.run([sys.executable, "-m", "tkgen.cli", "bench", *ops(), "--device", DEVICE, "--reps", "20",
-                            "--against", AGAINST, "--jobs", str(WORKERS), "--out", str(OUT)], stdout=f, stderr=subprocess.STDOUT, text=True)
-    text = (OUT / "bench.log").read_text()
-    log(text[-6000:] if r.returncode == 0 else "bench failed:\n" + text[-3000:])
+    """Every op's workloads built at once in worker processes, then timed op by op in one child process
+    (restarted past an op that kills it); one merged table and roofline."""
+    import statistics
+    from tkgen.bench import Result, report, warm_caches
+    from tkgen.bench_cli import DEFAULT_ADAPTERS
+    warm_caches(ops(), torch.device(DEVICE), AGAINST.split(","), str(DEFAULT_ADAPTERS), WORKERS, log=log)
+    parts = []
+
+    def command(left):
+        parts.append(TMP / f"bench{len(parts)}")
+        return [sys.executable, "-m", "tkgen.cli", "bench", *left, "--device", DEVICE, "--reps", "20",
+                "--against", AGAINST, "--out", str(parts[-1])]
+
+    def runs():
+        return [json.loads((p / "bench.json").read_text()) for p in parts if (p / "bench.json").exists()]
+
+    resilient("bench", ops(), command, lambda: {r["op"] for run in runs() for r in run["results"]}, timeout=500)
+    results = [Result(**r) for run in runs() for r in run["results"]]
+    if results:
+        copy = statistics.median(run["meta"]["copy_gbps"] for run in runs())
+        name = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"
+        log(report(results, copy, name, OUT))
 
 
 if __name__ == "__main__":
     registry.use_generated()
+    if sys.argv[1:2] == ["--props-child"]:
+        props_child(sys.argv[2:])
+        sys.exit(0)
     if DEVICE == "cuda":
         log(f"GPU: {torch.cuda.get_device_name()} cap {torch.cuda.get_device_capability()} torch {torch.__version__}")
         log(subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem", "--format=csv"],
