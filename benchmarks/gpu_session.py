@@ -158,9 +158,15 @@ def anchors():
 def tune():
     for op in ops():
         t = time.time()
-        r = subprocess.run([sys.executable, "-m", "tkgen.cli", "tune", op, "--device", DEVICE, "--reps", "10"],
-                           capture_output=True, text=True)
-        (OUT / f"tune_{op}.log").write_text(r.stdout + r.stderr)
+        space = ["--space", os.environ["TKGEN_GPU_TUNE_SPACE"]] if os.environ.get("TKGEN_GPU_TUNE_SPACE") else []
+        try:
+            r = subprocess.run([sys.executable, "-m", "tkgen.cli", "tune", op, "--device", DEVICE, "--reps", "10", *space],
+                               capture_output=True, text=True, timeout=240)
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
+            r = subprocess.CompletedProcess(e.cmd, 1, out, f"timed out after {e.timeout} s")
+        with open(OUT / "tune.log", "a") as f:       # one file: few files come back from a GPU session
+            f.write(f"== {op}\n{r.stdout}{r.stderr}\n")
         best = [l for l in r.stdout.splitlines() if l.startswith("best")]
         log(f"tune {op} ({time.time() - t:.0f} s): {best[-1] if best else r.stderr[-500:]}")
         summary.append(("tune", op, best[-1] if best else "failed"))

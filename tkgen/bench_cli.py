@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import itertools
+import os
+import json
 import sys
 
 import yaml
@@ -105,11 +107,12 @@ def cmd_tune(args):
         print(f"{args.op} lists no workloads to tune on", file=sys.stderr)
         return 1
     knobs = [n for n, p in inspect.signature(cases[0]["factory"]).parameters.items() if p.kind == p.KEYWORD_ONLY]
-    cands = [{}] + list(tune_space(arch_doc, knobs))
+    space = {"tune_space": json.loads(args.space)} if args.space else arch_doc
+    cands = [{}] + list(tune_space(space, knobs))
     if device.type == "cuda":   # build every candidate in parallel worker processes first
         from .runtime.compile import precompile
         jobs = [(c["module"].__name__, c["factory"].__name__, c["statics"], k) for c in cases for k in cands]
-        errors = precompile(jobs)
+        errors = precompile(jobs, workers=max(2, (os.cpu_count() or 4) - 2))
         print(f"precompiled {len(jobs)} kernels ({len(errors)} failed to build)", flush=True)
     best = None
     for cand in cands:
@@ -169,4 +172,6 @@ def register(sub):
     p.add_argument("--arch", default=None)
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--space", default=None,
+                   help='candidate knobs as JSON, in place of the profile\'s tune_space: \'{"threads": [256, 512]}\'')
     p.set_defaults(fn=cmd_tune)

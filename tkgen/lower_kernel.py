@@ -299,9 +299,11 @@ class _KernelLowering(RowFeatures):
         if native and fmt.name in self.native:
             if fmt.is_float32:
                 return value_src
-            if fmt.overflow == "saturate":
-                # clamp first: the result is then the same on every target and library version. A NaN
-                # passes around the clamp (fmaxf would make it -max) to become the format's NaN code
+            if fmt.overflow == "saturate" and not self.arch.native_casts_saturate:
+                # clamp first where the conversion itself may not saturate. A NaN passes around the clamp
+                # (fmaxf would make it -max) to become the format's NaN code. (Where the conversion does
+                # saturate, the bare cast is what TileLang vectorizes: on CUDA a clamp, and more so the
+                # NaN test, turned 16-byte e4m3 stores into byte stores.)
                 m = repr(fmt.max_value)
                 clamped = f"T.clamp({value_src}, T.float32(-{m}), T.float32({m}))"
                 value_src = clamped if fmt.specials == "finite" else \

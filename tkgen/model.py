@@ -134,6 +134,7 @@ class Arch:
     path: Path
     pad_reduced: bool = False
     max_skips_nan: bool = True             # whether the target's float max reductions skip NaN (fmaxf)
+    native_casts_saturate: bool = False    # whether native casts to saturating formats saturate (satfinite)
 
 
 @dataclass
@@ -364,7 +365,8 @@ def build_arch(doc: Document) -> Arch:
     return Arch(d["arch"], d["doc"], d["backend"], cap, d["target"], d["tile_memory"], d["loops"], d["threads"],
                 d.get("vector_bytes", 16), d.get("tile_elems", 4096), tuple(d["native_formats"]),
                 dict(d.get("pass_configs", {})), tuple(d.get("compile_flags", [])), dict(d.get("tuned", {})),
-                doc.path, d.get("pad_reduced", False), d.get("max_skips_nan", True))
+                doc.path, d.get("pad_reduced", False), d.get("max_skips_nan", True),
+                d.get("native_casts_saturate", False))
 
 
 def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpec:

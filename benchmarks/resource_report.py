@@ -1,0 +1,84 @@
+"""Registers, spills and store widths of generated CUDA kernels, from nvcc's resource report (no GPU needed).
+
+    python benchmarks/resource_report.py OP [OP...] [--arch sm90] [--schedule '{"threads": 256}' ...]
+
+For each op, each workload in its spec and each schedule given (default: the profile's own), lowers the
+kernel, builds a cubin with nvcc (-Xptxas -v) and prints registers per thread, spill stores/loads (bytes),
+local memory per thread and the widest global store. A kernel that spills, or stores byte by byte, is what
+to look at first when the GPU says a kernel is far from the copy bandwidth.
+"""
+import argparse
+import importlib
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tkgen import registry  # noqa: E402
+from tkgen.bench import workload_inputs  # noqa: E402
+from tkgen.runtime.compile import lower_source  # noqa: E402
+from tkgen.runtime.ops import _dtype_name, check, variant_of  # noqa: E402
+
+SM = {"sm90": "sm_90a", "sm100": "sm_100a"}
+
+
+def build_report(src: str, sm: str) -> dict:
+    import tilelang
+    tl = tilelang.__path__[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        cu = Path(tmp) / "k.cu"
+        cu.write_text(src)
+        r = subprocess.run(["nvcc", "--cubin", "-O3", f"-gencode=arch=compute_{sm[3:]},code={sm}", "-std=c++20",
+                            "-Xptxas", "-v", f"-I{tl}/src", f"-I{tl}/3rdparty/cutlass/include",
+                            "-o", str(Path(tmp) / "k.cubin"), str(cu)], capture_output=True, text=True)
+    if r.returncode:
+        return {"error": r.stderr[-300:]}
+    text = r.stderr
+    num = lambda pat: int(m.group(1)) if (m := re.search(pat, text)) else 0  # noqa: E731
+    return {"regs": num(r"Used (\d+) registers"), "spill_st": num(r"(\d+) bytes spill stores"),
+            "spill_ld": num(r"(\d+) bytes spill loads"), "stack": num(r"(\d+) bytes stack frame"),
+            "smem": num(r"(\d+) bytes smem")}
+
+
+def widest_store(src: str) -> str:
+    """The widest vector type a global store writes through in the source (a rough guide)."""
+    widths = re.findall(r"\*\((\w+)\*\)\((?:q|out|y|x_grad|\w+) \+", src)
+    return ",".join(sorted(set(widths))) or "scalar"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("ops", nargs="+")
+    ap.add_argument("--arch", default="sm90")
+    ap.add_argument("--schedule", action="append", default=[], help="JSON dict of schedule knobs")
+    args = ap.parse_args()
+    registry.use_generated()
+    from tkgen.model import load_catalog
+    import torch
+    cat = load_catalog(registry.specs_dir())
+    for name in args.ops:
+        pkg = registry.op_package(name)
+        module = importlib.import_module(f"{pkg.__name__}.kernel_{args.arch}")
+        for wl in cat.op(name).workloads:
+            wl = dict(wl, dims={k: (min(v, 8) if k == cat.op(name).dynamic_dim else v) for k, v in wl["dims"].items()})
+            sets, params = workload_inputs(pkg, wl, torch.device("cpu"), 1)
+            dims = check(pkg.OP, sets[0], params)
+            statics = tuple(dims[a] for a in pkg.OP.factory_args) + tuple(
+                _dtype_name(sets[0][i.name].dtype) if sets[0][i.name] is not None else i.dtypes[0]
+                for i in pkg.OP.inputs if i.dtype_arg)
+            factory = getattr(module, f"build_{variant_of(pkg.OP, params, sets[0])}")
+            for sched in [json.loads(s) for s in args.schedule] or [{}]:
+                try:
+                    src = lower_source(module, factory, statics, sched)
+                    rep = build_report(src, SM[args.arch])
+                    rep["store"] = widest_store(src)
+                except Exception as e:  # noqa: BLE001
+                    rep = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+                print(f"{name} [{wl['name']}] {factory.__name__}{statics} {sched or 'profile'}: {rep}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
