@@ -45,3 +45,13 @@ def test_tune_cpu_sweeps_every_workload(tmp_path):
         assert tuned["topk_gate"] == {"block": {"t": 2}}
     else:
         assert "topk_gate" not in tuned and "best: current schedule" in r.stdout
+
+
+def test_tune_checks_candidates_as_the_property_tests_do():
+    """Candidates are checked like property cases: an output exact `given` another (rmsnorm's q given
+    rstd) and strided scale layouts (ue8m0 col) pass, where a plain comparison rejected every candidate."""
+    for op in ("rmsnorm_forward_and_per_token_cast", "swiglu_backward_and_per_token_cast"):
+        r = subprocess.run([sys.executable, "-m", "tkgen.cli", "tune", op, "--device", "cpu", "--reps", "1",
+                            "--dry-run", "--space", '{"block_t": [2]}'], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        assert "rejected" not in r.stdout and r.stdout.count("geomean (") == 2, r.stdout

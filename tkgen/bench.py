@@ -147,6 +147,14 @@ def workload_inputs(pkg, workload, device, copies):
     return sets, params
 
 
+def sized_for(device, spec, wl):
+    """The workload, with at most 256 rows on the CPU (whose kernels are for checking, not for speed)."""
+    wl = dict(wl)
+    if device.type == "cpu":
+        wl["dims"] = {k: (min(v, 256) if k == spec.dynamic_dim else v) for k, v in wl["dims"].items()}
+    return wl
+
+
 def workload_impls(name, wl, device, against, adapters, copies=None, schedule=None):
     """What timing one workload needs: its label, bytes, op count, first input set and params, and per
     implementation (one callable per rotated input set, or None, note). `copies=None` rotates enough
@@ -156,9 +164,7 @@ def workload_impls(name, wl, device, against, adapters, copies=None, schedule=No
     spec = cat.op(name)
     pkg = registry.op_package(name)
     ref_mod = importlib.import_module(pkg.__name__ + ".reference")
-    wl = dict(wl)
-    if device.type == "cpu":
-        wl["dims"] = {k: (min(v, 256) if k == spec.dynamic_dim else v) for k, v in wl["dims"].items()}
+    wl = sized_for(device, spec, wl)
     probe, params = workload_inputs(pkg, wl, device, 1)
     dims = check(pkg.OP, probe[0], params)
     launch, outs = prepare(pkg.OP, probe[0], params, schedule=schedule, dims=dims)

@@ -327,11 +327,12 @@ def storage_views(module_storages, tensors):
     return out
 
 
-def run(op: OpInfo, tensors, params, arch: Optional[str] = None, out=None):
+def run(op: OpInfo, tensors, params, arch: Optional[str] = None, out=None, schedule=None):
     """Check, allocate (or take `out`), pick the kernel for the device (or `arch`), launch.
 
     `out` lets tests pass poisoned outputs, so that elements a kernel fails to write show up, and callers
     pass accumulators: outputs that kernels add into (sums over rows, counts) are added into as given.
+    `schedule`: knobs in place of the profile's (tuning candidates).
     """
     tensors, params = complete(op, tensors, params)
     dims = check(op, tensors, params)
@@ -346,7 +347,7 @@ def run(op: OpInfo, tensors, params, arch: Optional[str] = None, out=None):
                                  f"and strides {tuple(w.stride())}")
     if op.dynamic_dim is not None and dims[op.dynamic_dim] == 0:
         return outs
-    launch, outs = prepare(op, tensors, params, arch, out=outs, dims=dims)
+    launch, outs = prepare(op, tensors, params, arch, schedule=schedule, out=outs, dims=dims)
     device = _present(op, tensors)[0].device
     if device.type == "cuda":
         with torch.cuda.device(device):

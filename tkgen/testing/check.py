@@ -158,15 +158,15 @@ def run_case(op_name: str, case: dict, device="cpu", arch=None):
     return check_tensors(op_name, build_inputs(case, device), dict(case["params"]), arch)
 
 
-def check_tensors(op_name: str, tensors: dict, params: dict, arch=None):
+def check_tensors(op_name: str, tensors: dict, params: dict, arch=None, schedule=None):
     """Kernel vs reference on given input tensors (on their device): outputs poisoned first, compared as
-    each declares; returns (kernel outputs, reference outputs)."""
+    each declares (`schedule`: knobs in place of the profile's); returns (kernel outputs, reference outputs)."""
     pkg = registry.op_package(op_name)
     op = pkg.OP
     check(op, tensors, params)
     out = poisoned(op, tensors, params)
     before = [o.clone() for o in out]
-    outs = run(op, tensors, params, arch=arch, out=out)
+    outs = run(op, tensors, params, arch=arch, out=out, schedule=schedule)
     refs = reference_outputs(op, pkg, tensors, params)
     given = {n for o in op.outputs if isinstance(o.exact, dict) for n in o.exact.get("given", ())}
     replay = None
@@ -178,7 +178,7 @@ def check_tensors(op_name: str, tensors: dict, params: dict, arch=None):
         # the poison is NaN too: elements the reference makes NaN must also be written over zeros
         out = poisoned(op, tensors, params, byte=0)
         before = [o.clone() for o in out]
-        again = run(op, tensors, params, arch=arch, out=out)
+        again = run(op, tensors, params, arch=arch, out=out, schedule=schedule)
         compare_outputs(op, pkg, tensors, params, again, refs, before, replay)
     return outs, refs
 
