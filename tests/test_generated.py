@@ -76,3 +76,16 @@ def test_the_generator_itemsizes_match_torch():
     from tkgen.runtime.ops import TORCH_DTYPES
     for name, dtype in TORCH_DTYPES.items():
         assert ITEMSIZE[name] == dtype.itemsize, name
+
+
+def test_reference_factories_name_their_device():
+    """A tensor a reference creates names its device: `torch.compile` does not carry the reference's
+    `with torch.device(...)` into factory calls, so a device-less arange was made on the CPU and met CUDA
+    inputs (seen on the H200 for the block and channel casts). 0-d constants may stay on the CPU."""
+    files = sorted((registry.REPO / "generated").glob("*/*/reference.py"))
+    files += [registry.REPO / "tkgen" / "runtime" / "torch_prims.py"]
+    factory = re.compile(r"torch\.(zeros|ones|full|empty|arange|tensor)\(([^()]*(\([^()]*\))?[^()]*)\)")
+    bad = [f"{f.name}: {m.group(0)}" for f in files for m in factory.finditer(f.read_text())
+           if "device" not in m.group(2) and not m.group(2).startswith(("()", "value", "x,"))
+           and "dtype=storage" not in m.group(2)]
+    assert len(files) > 10 and not bad, bad

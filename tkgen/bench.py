@@ -325,10 +325,10 @@ def _plot(results, copy_gbps, path):
         from matplotlib.lines import Line2D
     except ImportError:
         return
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig, ax = plt.subplots(figsize=(10, 5.2))
     markers = {"tkgen": "o", "tilekernels": "s", "compile": "^", "torch": "v"}
     ops = sorted({r.op for r in results})
-    colours = {op: plt.cm.tab10(i % 10) for i, op in enumerate(ops)}
+    colours = {op: plt.cm.tab20(i % 20) for i, op in enumerate(ops)}
     shown = [r for r in results if r.gbps and r.extra.get("ops")]
     for r in shown:
         ax.scatter(r.extra["ops"] / r.bytes, r.gbps, marker=markers.get(r.impl, "x"), color=colours[r.op],
@@ -344,9 +344,12 @@ def _plot(results, copy_gbps, path):
     by_op = [Line2D([], [], marker="o", linestyle="", color=colours[o], label=o) for o in ops]
     impls = [i for i in markers if any(r.impl == i for r in shown)]
     by_impl = [Line2D([], [], marker=markers[i], linestyle="", color="grey", label=i) for i in impls]
-    first = ax.legend(handles=by_op, fontsize=7, loc="lower left", title="op", title_fontsize=7)
+    # beside the axes, not over the marks
+    first = ax.legend(handles=by_op, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), title="op",
+                      title_fontsize=7)
     ax.add_artist(first)
-    ax.legend(handles=by_impl, fontsize=7, loc="lower right", title="implementation", title_fontsize=7)
+    second = ax.legend(handles=by_impl, fontsize=7, loc="lower left", bbox_to_anchor=(1.01, 0),
+                       title="implementation", title_fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight", bbox_extra_artists=[first, second])
     plt.close(fig)

@@ -89,7 +89,7 @@ class _ReferenceLowering:
         for tname, t in spec.outputs.items():
             if tname not in p.outputs:
                 dt = f"{t.like}.dtype" if t.like else f"torch.{self.container(t)}"
-                plan.returns.append(f"torch.empty(0, dtype={dt})")
+                plan.returns.append(f"torch.empty(0, dtype={dt}, device=_dev)")
                 continue
             src = self.store(t, p.outputs[tname], plan.helpers)
             pad = col_pad(self.catalog, spec, t, self.variant)
@@ -167,7 +167,7 @@ class _ReferenceLowering:
             return f"torch.where({self.keep}{_bcast((b,), st.src.axes)}, {st.src.name}, {neutral})"
         if st.axis != r:
             return st.src.name
-        rows = f"_rows_valid(N_{b}, N_{r}, {sym(self.spec.dynamic_dim)}){_bcast((b, r), st.src.axes)}"
+        rows = f"_rows_valid(N_{b}, N_{r}, {sym(self.spec.dynamic_dim)}, _dev){_bcast((b, r), st.src.axes)}"
         return f"torch.where({rows}, {st.src.name}, {neutral})"
 
     def row_dims(self, t):
@@ -177,7 +177,7 @@ class _ReferenceLowering:
     def _var(self, v, axes):
         if v.name.startswith("#"):          # an axis index (join)
             a = v.name[1:]
-            return f"torch.arange(N_{a}).reshape({', '.join('-1' if x == a else '1' for x in axes)})"
+            return f"torch.arange(N_{a}, device=_dev).reshape({', '.join('-1' if x == a else '1' for x in axes)})"
         if v.name in self.program.scalars:
             return f"_f32(float({sym(v.name)}))"
         return v.name + _bcast(self.program.values[v.name].axes, axes)

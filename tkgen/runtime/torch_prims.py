@@ -123,9 +123,9 @@ def _pad_dim(x: torch.Tensor, dim: int, size: int) -> torch.Tensor:
     return torch.cat([x, torch.zeros(pad, dtype=x.dtype, device=x.device)], dim=dim)
 
 
-def _rows_valid(blocks: int, rows: int, size: int) -> torch.Tensor:
+def _rows_valid(blocks: int, rows: int, size: int, device=None) -> torch.Tensor:
     """(blocks, rows) booleans: whether row `r` of row block `b` is below the dynamic size."""
-    return (torch.arange(blocks * rows) < size).reshape(blocks, rows)
+    return (torch.arange(blocks * rows, device=device) < size).reshape(blocks, rows)
 
 
 def _kept(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -137,14 +137,14 @@ def _gather_at(flat: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """flat[pos] where 0 <= pos < numel, else 0 (an input addressed `at:` positions)."""
     ok = (pos >= 0) & (pos < flat.numel())
     if not flat.numel():
-        return torch.zeros(pos.shape, dtype=flat.dtype)
+        return torch.zeros(pos.shape, dtype=flat.dtype, device=pos.device)
     return torch.where(ok, flat[torch.where(ok, pos, 0)], torch.zeros((), dtype=flat.dtype))
 
 
 def _add_at(values: torch.Tensor, pos: torch.Tensor, shape, keep=None) -> torch.Tensor:
     """A zero tensor of `shape` with each value added at its flat position, where 0 <= pos < numel (and the
     row is kept): an output addressed `at:` positions. Positions may repeat."""
-    out = torch.zeros(shape, dtype=values.dtype).reshape(-1)
+    out = torch.zeros(shape, dtype=values.dtype, device=values.device).reshape(-1)
     ok = (pos >= 0) & (pos < out.numel())
     if keep is not None:
         ok &= keep

@@ -15,7 +15,9 @@ def reference_base(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to
     N_t = T_
     N_s = 2
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
         g = grad_out.to(torch.float32).reshape(N_t, N_h)
@@ -23,11 +25,11 @@ def reference_base(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to
         gws = ((g * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        x_grad = torch.where((torch.arange(N_s).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
+        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
         ga = (g * ((a0 * sg) * b0))
         sa = ga.sum(dim=1)
         weight_grad = (sa * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32)
+        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32, device=_dev)
 
 
 def reference_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -36,7 +38,9 @@ def reference_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, 
     N_t = T_
     N_s = 2
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
         za = (a0 > _f32(float(clamp)))
@@ -48,11 +52,11 @@ def reference_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, 
         gws = ((g * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(zb, _f32(0.0), (gws * a))
-        x_grad = torch.where((torch.arange(N_s).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
+        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
         ga = (g * ((a * sg) * b))
         sa = ga.sum(dim=1)
         weight_grad = (sa * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32)
+        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32, device=_dev)
 
 
 def reference_with_pos_to_expert(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -61,7 +65,9 @@ def reference_with_pos_to_expert(x, grad_out, weights, pos_to_token_topk, topk_w
     N_t = T_
     N_s = 2
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         pad = (_t0 < 0)
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
@@ -71,11 +77,11 @@ def reference_with_pos_to_expert(x, grad_out, weights, pos_to_token_topk, topk_w
         gws = ((g * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))))
         db = torch.where(pad[:, None], _f32(0.0), (gws * a0))
-        x_grad = torch.where((torch.arange(N_s).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
+        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
         ga = (g * ((a0 * sg) * b0))
         sa = ga.sum(dim=1)
         weight_grad = torch.where(pad, _f32(0.0), (sa * (_f32(1.0) * _f32(float(routed_scaling_factor)))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32)
+        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32, device=_dev)
 
 
 def reference_with_pos_to_expert_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -84,7 +90,9 @@ def reference_with_pos_to_expert_with_clamp(x, grad_out, weights, pos_to_token_t
     N_t = T_
     N_s = 2
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         pad = (_t0 < 0)
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
@@ -98,11 +106,11 @@ def reference_with_pos_to_expert_with_clamp(x, grad_out, weights, pos_to_token_t
         gws = ((g * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(zb, _f32(0.0), (gws * a))
-        x_grad = torch.where((torch.arange(N_s).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
+        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
         ga = (g * ((a * sg) * b))
         sa = ga.sum(dim=1)
         weight_grad = torch.where(pad, _f32(0.0), (sa * (_f32(1.0) * _f32(float(routed_scaling_factor)))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32)
+        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32, device=_dev)
 
 
 def reference_with_pos_to_token_topk_with_topk_weights(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -113,7 +121,9 @@ def reference_with_pos_to_token_topk_with_topk_weights(x, grad_out, weights, pos
     N_t = T_
     N_s = 2
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         pad = (_t1 < 0)
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
@@ -124,7 +134,7 @@ def reference_with_pos_to_token_topk_with_topk_weights(x, grad_out, weights, pos
         gws = ((g * ((_f32(1.0) * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))))
         db = torch.where(pad[:, None], _f32(0.0), (gws * a0))
-        x_grad = torch.where((torch.arange(N_s).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
+        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
         ga = (g * ((a0 * sg) * b0))
         sa = ga.sum(dim=1)
         weight_grad = torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor)))))
@@ -140,7 +150,9 @@ def reference_with_pos_to_token_topk_with_topk_weights_with_clamp(x, grad_out, w
     N_t = T_
     N_s = 2
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         pad = (_t1 < 0)
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
@@ -155,7 +167,7 @@ def reference_with_pos_to_token_topk_with_topk_weights_with_clamp(x, grad_out, w
         gws = ((g * ((_f32(1.0) * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(zb, _f32(0.0), (gws * a))
-        x_grad = torch.where((torch.arange(N_s).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
+        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
         ga = (g * ((a * sg) * b))
         sa = ga.sum(dim=1)
         weight_grad = torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor)))))
@@ -171,7 +183,9 @@ def reference_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, gra
     N_t = T_
     N_s = 2
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         pad = ((_t0 < 0) | (_t1 < 0))
@@ -183,7 +197,7 @@ def reference_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, gra
         gws = ((g * ((_f32(1.0) * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))))
         db = torch.where(pad[:, None], _f32(0.0), (gws * a0))
-        x_grad = torch.where((torch.arange(N_s).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
+        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
         ga = (g * ((a0 * sg) * b0))
         sa = ga.sum(dim=1)
         weight_grad = torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor)))))
@@ -199,7 +213,9 @@ def reference_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
     N_t = T_
     N_s = 2
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         pad = ((_t0 < 0) | (_t1 < 0))
@@ -215,7 +231,7 @@ def reference_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
         gws = ((g * ((_f32(1.0) * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(zb, _f32(0.0), (gws * a))
-        x_grad = torch.where((torch.arange(N_s).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
+        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
         ga = (g * ((a * sg) * b))
         sa = ga.sum(dim=1)
         weight_grad = torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor)))))
@@ -229,7 +245,9 @@ def reference_with_weights(x, grad_out, weights, pos_to_token_topk, topk_weights
     N_t = T_
     N_s = 2
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
         g = grad_out.to(torch.float32).reshape(N_t, N_h)
@@ -238,11 +256,11 @@ def reference_with_weights(x, grad_out, weights, pos_to_token_topk, topk_weights
         gws = ((g * ((wr[:, None] * _f32(1.0)) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        x_grad = torch.where((torch.arange(N_s).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
+        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
         ga = (g * ((a0 * sg) * b0))
         sa = ga.sum(dim=1)
         weight_grad = (sa * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32)
+        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32, device=_dev)
 
 
 def reference_with_weights_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -251,7 +269,9 @@ def reference_with_weights_with_clamp(x, grad_out, weights, pos_to_token_topk, t
     N_t = T_
     N_s = 2
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
         za = (a0 > _f32(float(clamp)))
@@ -264,11 +284,11 @@ def reference_with_weights_with_clamp(x, grad_out, weights, pos_to_token_topk, t
         gws = ((g * ((wr[:, None] * _f32(1.0)) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(zb, _f32(0.0), (gws * a))
-        x_grad = torch.where((torch.arange(N_s).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
+        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
         ga = (g * ((a * sg) * b))
         sa = ga.sum(dim=1)
         weight_grad = (sa * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32)
+        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32, device=_dev)
 
 
 def reference_with_weights_with_pos_to_expert(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -277,7 +297,9 @@ def reference_with_weights_with_pos_to_expert(x, grad_out, weights, pos_to_token
     N_t = T_
     N_s = 2
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         pad = (_t0 < 0)
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
@@ -288,11 +310,11 @@ def reference_with_weights_with_pos_to_expert(x, grad_out, weights, pos_to_token
         gws = ((g * ((wr[:, None] * _f32(1.0)) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))))
         db = torch.where(pad[:, None], _f32(0.0), (gws * a0))
-        x_grad = torch.where((torch.arange(N_s).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
+        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
         ga = (g * ((a0 * sg) * b0))
         sa = ga.sum(dim=1)
         weight_grad = torch.where(pad, _f32(0.0), (sa * (_f32(1.0) * _f32(float(routed_scaling_factor)))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32)
+        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32, device=_dev)
 
 
 def reference_with_weights_with_pos_to_expert_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -301,7 +323,9 @@ def reference_with_weights_with_pos_to_expert_with_clamp(x, grad_out, weights, p
     N_t = T_
     N_s = 2
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         pad = (_t0 < 0)
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
@@ -316,11 +340,11 @@ def reference_with_weights_with_pos_to_expert_with_clamp(x, grad_out, weights, p
         gws = ((g * ((wr[:, None] * _f32(1.0)) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(zb, _f32(0.0), (gws * a))
-        x_grad = torch.where((torch.arange(N_s).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
+        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
         ga = (g * ((a * sg) * b))
         sa = ga.sum(dim=1)
         weight_grad = torch.where(pad, _f32(0.0), (sa * (_f32(1.0) * _f32(float(routed_scaling_factor)))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32)
+        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32, device=_dev)
 
 
 def reference_with_weights_with_pos_to_token_topk_with_topk_weights(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -331,7 +355,9 @@ def reference_with_weights_with_pos_to_token_topk_with_topk_weights(x, grad_out,
     N_t = T_
     N_s = 2
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         pad = (_t1 < 0)
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
@@ -343,7 +369,7 @@ def reference_with_weights_with_pos_to_token_topk_with_topk_weights(x, grad_out,
         gws = ((g * ((wr[:, None] * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))))
         db = torch.where(pad[:, None], _f32(0.0), (gws * a0))
-        x_grad = torch.where((torch.arange(N_s).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
+        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
         ga = (g * ((a0 * sg) * b0))
         sa = ga.sum(dim=1)
         weight_grad = torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor)))))
@@ -359,7 +385,9 @@ def reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(x
     N_t = T_
     N_s = 2
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         pad = (_t1 < 0)
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
@@ -375,7 +403,7 @@ def reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(x
         gws = ((g * ((wr[:, None] * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(zb, _f32(0.0), (gws * a))
-        x_grad = torch.where((torch.arange(N_s).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
+        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
         ga = (g * ((a * sg) * b))
         sa = ga.sum(dim=1)
         weight_grad = torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor)))))
@@ -391,7 +419,9 @@ def reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     N_t = T_
     N_s = 2
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         pad = ((_t0 < 0) | (_t1 < 0))
@@ -404,7 +434,7 @@ def reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
         gws = ((g * ((wr[:, None] * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))))
         db = torch.where(pad[:, None], _f32(0.0), (gws * a0))
-        x_grad = torch.where((torch.arange(N_s).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
+        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
         ga = (g * ((a0 * sg) * b0))
         sa = ga.sum(dim=1)
         weight_grad = torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor)))))
@@ -420,7 +450,9 @@ def reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     N_t = T_
     N_s = 2
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         pad = ((_t0 < 0) | (_t1 < 0))
@@ -437,7 +469,7 @@ def reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
         gws = ((g * ((wr[:, None] * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(zb, _f32(0.0), (gws * a))
-        x_grad = torch.where((torch.arange(N_s).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
+        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
         ga = (g * ((a * sg) * b))
         sa = ga.sum(dim=1)
         weight_grad = torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor)))))

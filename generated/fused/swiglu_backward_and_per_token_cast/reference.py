@@ -16,7 +16,9 @@ def reference_fp32_row_false(q, sf, act_x_grad, weights, group, routed_scaling_f
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -29,14 +31,14 @@ def reference_fp32_row_false(q, sf, act_x_grad, weights, group, routed_scaling_f
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
         x_grad_sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_fp32_row_false_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -46,7 +48,9 @@ def reference_fp32_row_false_with_clamp(q, sf, act_x_grad, weights, group, route
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -61,14 +65,14 @@ def reference_fp32_row_false_with_clamp(q, sf, act_x_grad, weights, group, route
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
         x_grad_sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_fp32_row_false_with_weights(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -78,7 +82,9 @@ def reference_fp32_row_false_with_weights(q, sf, act_x_grad, weights, group, rou
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -94,7 +100,7 @@ def reference_fp32_row_false_with_weights(q, sf, act_x_grad, weights, group, rou
         gws = ((go * w[:, None, None]) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -105,7 +111,7 @@ def reference_fp32_row_false_with_weights(q, sf, act_x_grad, weights, group, rou
         wg = ga.sum(dim=2)
         _t6 = wg.sum(dim=1)
         weight_grad = (_t6 * _f32(float(routed_scaling_factor)))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_fp32_row_false_with_weights_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -115,7 +121,9 @@ def reference_fp32_row_false_with_weights_with_clamp(q, sf, act_x_grad, weights,
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -133,7 +141,7 @@ def reference_fp32_row_false_with_weights_with_clamp(q, sf, act_x_grad, weights,
         gws = ((go * w[:, None, None]) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -144,7 +152,7 @@ def reference_fp32_row_false_with_weights_with_clamp(q, sf, act_x_grad, weights,
         wg = ga.sum(dim=2)
         _t6 = wg.sum(dim=1)
         weight_grad = (_t6 * _f32(float(routed_scaling_factor)))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_fp32_row_true(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -154,7 +162,9 @@ def reference_fp32_row_true(q, sf, act_x_grad, weights, group, routed_scaling_fa
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -168,7 +178,7 @@ def reference_fp32_row_true(q, sf, act_x_grad, weights, group, routed_scaling_fa
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -176,7 +186,7 @@ def reference_fp32_row_true(q, sf, act_x_grad, weights, group, routed_scaling_fa
         inv = (_f32(448.0) / amax)
         x_grad_fp8 = (dx * inv[:, :, :, None])
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32, device=_dev), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
 
 def reference_fp32_row_true_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -186,7 +196,9 @@ def reference_fp32_row_true_with_clamp(q, sf, act_x_grad, weights, group, routed
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -202,7 +214,7 @@ def reference_fp32_row_true_with_clamp(q, sf, act_x_grad, weights, group, routed
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -210,7 +222,7 @@ def reference_fp32_row_true_with_clamp(q, sf, act_x_grad, weights, group, routed
         inv = (_f32(448.0) / amax)
         x_grad_fp8 = (dx * inv[:, :, :, None])
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32, device=_dev), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
 
 def reference_fp32_row_true_with_weights(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -220,7 +232,9 @@ def reference_fp32_row_true_with_weights(q, sf, act_x_grad, weights, group, rout
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -236,7 +250,7 @@ def reference_fp32_row_true_with_weights(q, sf, act_x_grad, weights, group, rout
         gws = ((go * w[:, None, None]) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -258,7 +272,9 @@ def reference_fp32_row_true_with_weights_with_clamp(q, sf, act_x_grad, weights, 
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -276,7 +292,7 @@ def reference_fp32_row_true_with_weights_with_clamp(q, sf, act_x_grad, weights, 
         gws = ((go * w[:, None, None]) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -298,7 +314,9 @@ def reference_fp32_col_false(q, sf, act_x_grad, weights, group, routed_scaling_f
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -311,14 +329,14 @@ def reference_fp32_col_false(q, sf, act_x_grad, weights, group, routed_scaling_f
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
         x_grad_sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_fp32_col_false_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -328,7 +346,9 @@ def reference_fp32_col_false_with_clamp(q, sf, act_x_grad, weights, group, route
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -343,14 +363,14 @@ def reference_fp32_col_false_with_clamp(q, sf, act_x_grad, weights, group, route
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
         x_grad_sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_fp32_col_false_with_weights(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -360,7 +380,9 @@ def reference_fp32_col_false_with_weights(q, sf, act_x_grad, weights, group, rou
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -376,7 +398,7 @@ def reference_fp32_col_false_with_weights(q, sf, act_x_grad, weights, group, rou
         gws = ((go * w[:, None, None]) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -387,7 +409,7 @@ def reference_fp32_col_false_with_weights(q, sf, act_x_grad, weights, group, rou
         wg = ga.sum(dim=2)
         _t6 = wg.sum(dim=1)
         weight_grad = (_t6 * _f32(float(routed_scaling_factor)))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_fp32_col_false_with_weights_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -397,7 +419,9 @@ def reference_fp32_col_false_with_weights_with_clamp(q, sf, act_x_grad, weights,
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -415,7 +439,7 @@ def reference_fp32_col_false_with_weights_with_clamp(q, sf, act_x_grad, weights,
         gws = ((go * w[:, None, None]) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -426,7 +450,7 @@ def reference_fp32_col_false_with_weights_with_clamp(q, sf, act_x_grad, weights,
         wg = ga.sum(dim=2)
         _t6 = wg.sum(dim=1)
         weight_grad = (_t6 * _f32(float(routed_scaling_factor)))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_fp32_col_true(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -436,7 +460,9 @@ def reference_fp32_col_true(q, sf, act_x_grad, weights, group, routed_scaling_fa
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -450,7 +476,7 @@ def reference_fp32_col_true(q, sf, act_x_grad, weights, group, routed_scaling_fa
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -458,7 +484,7 @@ def reference_fp32_col_true(q, sf, act_x_grad, weights, group, routed_scaling_fa
         inv = (_f32(448.0) / amax)
         x_grad_fp8 = (dx * inv[:, :, :, None])
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32, device=_dev), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
 
 def reference_fp32_col_true_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -468,7 +494,9 @@ def reference_fp32_col_true_with_clamp(q, sf, act_x_grad, weights, group, routed
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -484,7 +512,7 @@ def reference_fp32_col_true_with_clamp(q, sf, act_x_grad, weights, group, routed
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -492,7 +520,7 @@ def reference_fp32_col_true_with_clamp(q, sf, act_x_grad, weights, group, routed
         inv = (_f32(448.0) / amax)
         x_grad_fp8 = (dx * inv[:, :, :, None])
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32, device=_dev), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
 
 def reference_fp32_col_true_with_weights(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -502,7 +530,9 @@ def reference_fp32_col_true_with_weights(q, sf, act_x_grad, weights, group, rout
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -518,7 +548,7 @@ def reference_fp32_col_true_with_weights(q, sf, act_x_grad, weights, group, rout
         gws = ((go * w[:, None, None]) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -540,7 +570,9 @@ def reference_fp32_col_true_with_weights_with_clamp(q, sf, act_x_grad, weights, 
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -558,7 +590,7 @@ def reference_fp32_col_true_with_weights_with_clamp(q, sf, act_x_grad, weights, 
         gws = ((go * w[:, None, None]) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -580,7 +612,9 @@ def reference_pow2_row_false(q, sf, act_x_grad, weights, group, routed_scaling_f
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -593,14 +627,14 @@ def reference_pow2_row_false(q, sf, act_x_grad, weights, group, routed_scaling_f
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_pow2_row_false_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -610,7 +644,9 @@ def reference_pow2_row_false_with_clamp(q, sf, act_x_grad, weights, group, route
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -625,14 +661,14 @@ def reference_pow2_row_false_with_clamp(q, sf, act_x_grad, weights, group, route
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_pow2_row_false_with_weights(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -642,7 +678,9 @@ def reference_pow2_row_false_with_weights(q, sf, act_x_grad, weights, group, rou
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -658,7 +696,7 @@ def reference_pow2_row_false_with_weights(q, sf, act_x_grad, weights, group, rou
         gws = ((go * w[:, None, None]) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -669,7 +707,7 @@ def reference_pow2_row_false_with_weights(q, sf, act_x_grad, weights, group, rou
         wg = ga.sum(dim=2)
         _t6 = wg.sum(dim=1)
         weight_grad = (_t6 * _f32(float(routed_scaling_factor)))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_pow2_row_false_with_weights_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -679,7 +717,9 @@ def reference_pow2_row_false_with_weights_with_clamp(q, sf, act_x_grad, weights,
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -697,7 +737,7 @@ def reference_pow2_row_false_with_weights_with_clamp(q, sf, act_x_grad, weights,
         gws = ((go * w[:, None, None]) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -708,7 +748,7 @@ def reference_pow2_row_false_with_weights_with_clamp(q, sf, act_x_grad, weights,
         wg = ga.sum(dim=2)
         _t6 = wg.sum(dim=1)
         weight_grad = (_t6 * _f32(float(routed_scaling_factor)))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_pow2_row_true(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -718,7 +758,9 @@ def reference_pow2_row_true(q, sf, act_x_grad, weights, group, routed_scaling_fa
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -732,7 +774,7 @@ def reference_pow2_row_true(q, sf, act_x_grad, weights, group, routed_scaling_fa
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -740,7 +782,7 @@ def reference_pow2_row_true(q, sf, act_x_grad, weights, group, routed_scaling_fa
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32, device=_dev), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
 
 def reference_pow2_row_true_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -750,7 +792,9 @@ def reference_pow2_row_true_with_clamp(q, sf, act_x_grad, weights, group, routed
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -766,7 +810,7 @@ def reference_pow2_row_true_with_clamp(q, sf, act_x_grad, weights, group, routed
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -774,7 +818,7 @@ def reference_pow2_row_true_with_clamp(q, sf, act_x_grad, weights, group, routed
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), x_grad_sf.reshape(T_, ((2 * H) // group)), torch.empty(0, dtype=torch.float32, device=_dev), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
 
 def reference_pow2_row_true_with_weights(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -784,7 +828,9 @@ def reference_pow2_row_true_with_weights(q, sf, act_x_grad, weights, group, rout
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -800,7 +846,7 @@ def reference_pow2_row_true_with_weights(q, sf, act_x_grad, weights, group, rout
         gws = ((go * w[:, None, None]) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -822,7 +868,9 @@ def reference_pow2_row_true_with_weights_with_clamp(q, sf, act_x_grad, weights, 
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -840,7 +888,7 @@ def reference_pow2_row_true_with_weights_with_clamp(q, sf, act_x_grad, weights, 
         gws = ((go * w[:, None, None]) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -862,7 +910,9 @@ def reference_pow2_col_false(q, sf, act_x_grad, weights, group, routed_scaling_f
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -875,14 +925,14 @@ def reference_pow2_col_false(q, sf, act_x_grad, weights, group, routed_scaling_f
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_pow2_col_false_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -892,7 +942,9 @@ def reference_pow2_col_false_with_clamp(q, sf, act_x_grad, weights, group, route
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -907,14 +959,14 @@ def reference_pow2_col_false_with_clamp(q, sf, act_x_grad, weights, group, route
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_pow2_col_false_with_weights(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -924,7 +976,9 @@ def reference_pow2_col_false_with_weights(q, sf, act_x_grad, weights, group, rou
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -940,7 +994,7 @@ def reference_pow2_col_false_with_weights(q, sf, act_x_grad, weights, group, rou
         gws = ((go * w[:, None, None]) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -951,7 +1005,7 @@ def reference_pow2_col_false_with_weights(q, sf, act_x_grad, weights, group, rou
         wg = ga.sum(dim=2)
         _t6 = wg.sum(dim=1)
         weight_grad = (_t6 * _f32(float(routed_scaling_factor)))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_pow2_col_false_with_weights_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -961,7 +1015,9 @@ def reference_pow2_col_false_with_weights_with_clamp(q, sf, act_x_grad, weights,
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -979,7 +1035,7 @@ def reference_pow2_col_false_with_weights_with_clamp(q, sf, act_x_grad, weights,
         gws = ((go * w[:, None, None]) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -990,7 +1046,7 @@ def reference_pow2_col_false_with_weights_with_clamp(q, sf, act_x_grad, weights,
         wg = ga.sum(dim=2)
         _t6 = wg.sum(dim=1)
         weight_grad = (_t6 * _f32(float(routed_scaling_factor)))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_pow2_col_true(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -1000,7 +1056,9 @@ def reference_pow2_col_true(q, sf, act_x_grad, weights, group, routed_scaling_fa
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1014,7 +1072,7 @@ def reference_pow2_col_true(q, sf, act_x_grad, weights, group, routed_scaling_fa
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -1022,7 +1080,7 @@ def reference_pow2_col_true(q, sf, act_x_grad, weights, group, routed_scaling_fa
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32, device=_dev), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
 
 def reference_pow2_col_true_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -1032,7 +1090,9 @@ def reference_pow2_col_true_with_clamp(q, sf, act_x_grad, weights, group, routed
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1048,7 +1108,7 @@ def reference_pow2_col_true_with_clamp(q, sf, act_x_grad, weights, group, routed
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -1056,7 +1116,7 @@ def reference_pow2_col_true_with_clamp(q, sf, act_x_grad, weights, group, routed
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(x_grad_sf.reshape(T_, ((2 * H) // group)), 4), torch.empty(0, dtype=torch.float32, device=_dev), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
 
 def reference_pow2_col_true_with_weights(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -1066,7 +1126,9 @@ def reference_pow2_col_true_with_weights(q, sf, act_x_grad, weights, group, rout
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1082,7 +1144,7 @@ def reference_pow2_col_true_with_weights(q, sf, act_x_grad, weights, group, rout
         gws = ((go * w[:, None, None]) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -1104,7 +1166,9 @@ def reference_pow2_col_true_with_weights_with_clamp(q, sf, act_x_grad, weights, 
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1122,7 +1186,7 @@ def reference_pow2_col_true_with_weights_with_clamp(q, sf, act_x_grad, weights, 
         gws = ((go * w[:, None, None]) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -1144,7 +1208,9 @@ def reference_ue8m0_row_false(q, sf, act_x_grad, weights, group, routed_scaling_
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1157,14 +1223,14 @@ def reference_ue8m0_row_false(q, sf, act_x_grad, weights, group, routed_scaling_
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_ue8m0_row_false_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -1174,7 +1240,9 @@ def reference_ue8m0_row_false_with_clamp(q, sf, act_x_grad, weights, group, rout
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1189,14 +1257,14 @@ def reference_ue8m0_row_false_with_clamp(q, sf, act_x_grad, weights, group, rout
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_ue8m0_row_false_with_weights(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -1206,7 +1274,9 @@ def reference_ue8m0_row_false_with_weights(q, sf, act_x_grad, weights, group, ro
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1222,7 +1292,7 @@ def reference_ue8m0_row_false_with_weights(q, sf, act_x_grad, weights, group, ro
         gws = ((go * w[:, None, None]) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -1233,7 +1303,7 @@ def reference_ue8m0_row_false_with_weights(q, sf, act_x_grad, weights, group, ro
         wg = ga.sum(dim=2)
         _t6 = wg.sum(dim=1)
         weight_grad = (_t6 * _f32(float(routed_scaling_factor)))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_ue8m0_row_false_with_weights_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -1243,7 +1313,9 @@ def reference_ue8m0_row_false_with_weights_with_clamp(q, sf, act_x_grad, weights
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1261,7 +1333,7 @@ def reference_ue8m0_row_false_with_weights_with_clamp(q, sf, act_x_grad, weights
         gws = ((go * w[:, None, None]) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -1272,7 +1344,7 @@ def reference_ue8m0_row_false_with_weights_with_clamp(q, sf, act_x_grad, weights
         wg = ga.sum(dim=2)
         _t6 = wg.sum(dim=1)
         weight_grad = (_t6 * _f32(float(routed_scaling_factor)))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_ue8m0_row_true(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -1282,7 +1354,9 @@ def reference_ue8m0_row_true(q, sf, act_x_grad, weights, group, routed_scaling_f
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1296,7 +1370,7 @@ def reference_ue8m0_row_true(q, sf, act_x_grad, weights, group, routed_scaling_f
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -1304,7 +1378,7 @@ def reference_ue8m0_row_true(q, sf, act_x_grad, weights, group, routed_scaling_f
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.float32, device=_dev), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
 
 def reference_ue8m0_row_true_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -1314,7 +1388,9 @@ def reference_ue8m0_row_true_with_clamp(q, sf, act_x_grad, weights, group, route
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1330,7 +1406,7 @@ def reference_ue8m0_row_true_with_clamp(q, sf, act_x_grad, weights, group, route
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -1338,7 +1414,7 @@ def reference_ue8m0_row_true_with_clamp(q, sf, act_x_grad, weights, group, route
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.float32, device=_dev), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
 
 def reference_ue8m0_row_true_with_weights(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -1348,7 +1424,9 @@ def reference_ue8m0_row_true_with_weights(q, sf, act_x_grad, weights, group, rou
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1364,7 +1442,7 @@ def reference_ue8m0_row_true_with_weights(q, sf, act_x_grad, weights, group, rou
         gws = ((go * w[:, None, None]) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -1386,7 +1464,9 @@ def reference_ue8m0_row_true_with_weights_with_clamp(q, sf, act_x_grad, weights,
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1404,7 +1484,7 @@ def reference_ue8m0_row_true_with_weights_with_clamp(q, sf, act_x_grad, weights,
         gws = ((go * w[:, None, None]) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -1426,7 +1506,9 @@ def reference_ue8m0_col_false(q, sf, act_x_grad, weights, group, routed_scaling_
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1439,14 +1521,14 @@ def reference_ue8m0_col_false(q, sf, act_x_grad, weights, group, routed_scaling_
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(_pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(_pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4), torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_ue8m0_col_false_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -1456,7 +1538,9 @@ def reference_ue8m0_col_false_with_clamp(q, sf, act_x_grad, weights, group, rout
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1471,14 +1555,14 @@ def reference_ue8m0_col_false_with_clamp(q, sf, act_x_grad, weights, group, rout
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
         x_grad_sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(_pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4), torch.empty(0, dtype=torch.float32), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(_pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4), torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_ue8m0_col_false_with_weights(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -1488,7 +1572,9 @@ def reference_ue8m0_col_false_with_weights(q, sf, act_x_grad, weights, group, ro
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1504,7 +1590,7 @@ def reference_ue8m0_col_false_with_weights(q, sf, act_x_grad, weights, group, ro
         gws = ((go * w[:, None, None]) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -1515,7 +1601,7 @@ def reference_ue8m0_col_false_with_weights(q, sf, act_x_grad, weights, group, ro
         wg = ga.sum(dim=2)
         _t6 = wg.sum(dim=1)
         weight_grad = (_t6 * _f32(float(routed_scaling_factor)))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(_pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(_pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_ue8m0_col_false_with_weights_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -1525,7 +1611,9 @@ def reference_ue8m0_col_false_with_weights_with_clamp(q, sf, act_x_grad, weights
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1543,7 +1631,7 @@ def reference_ue8m0_col_false_with_weights_with_clamp(q, sf, act_x_grad, weights
         gws = ((go * w[:, None, None]) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -1554,7 +1642,7 @@ def reference_ue8m0_col_false_with_weights_with_clamp(q, sf, act_x_grad, weights
         wg = ga.sum(dim=2)
         _t6 = wg.sum(dim=1)
         weight_grad = (_t6 * _f32(float(routed_scaling_factor)))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(_pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(_pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.bfloat16, device=_dev)
 
 
 def reference_ue8m0_col_true(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -1564,7 +1652,9 @@ def reference_ue8m0_col_true(q, sf, act_x_grad, weights, group, routed_scaling_f
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1578,7 +1668,7 @@ def reference_ue8m0_col_true(q, sf, act_x_grad, weights, group, routed_scaling_f
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -1586,7 +1676,7 @@ def reference_ue8m0_col_true(q, sf, act_x_grad, weights, group, routed_scaling_f
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(_pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(_pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4), torch.empty(0, dtype=torch.float32, device=_dev), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
 
 def reference_ue8m0_col_true_with_clamp(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -1596,7 +1686,9 @@ def reference_ue8m0_col_true_with_clamp(q, sf, act_x_grad, weights, group, route
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1612,7 +1704,7 @@ def reference_ue8m0_col_true_with_clamp(q, sf, act_x_grad, weights, group, route
         gws = ((go * (_f32(1.0) * _f32(float(routed_scaling_factor)))) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -1620,7 +1712,7 @@ def reference_ue8m0_col_true_with_clamp(q, sf, act_x_grad, weights, group, route
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         x_grad_fp8 = (dx * inv[:, :, :, None])
         act_out = (act * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(_pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4), torch.empty(0, dtype=torch.float32), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
+        return _codes_as(encode_bf16(x_grad), torch.uint16, torch.bfloat16).reshape(T_, (2 * H)), _codes_as(encode_e4m3(x_grad_fp8), torch.uint8, torch.float8_e4m3fn).reshape(T_, (2 * H)), _col_major(_pack_codes(_exponent_byte(x_grad_sf.reshape(T_, ((2 * H) // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4), torch.empty(0, dtype=torch.float32, device=_dev), _codes_as(encode_bf16(act_out), torch.uint16, torch.bfloat16).reshape(T_, H)
 
 
 def reference_ue8m0_col_true_with_weights(q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp, _given=None):
@@ -1630,7 +1722,9 @@ def reference_ue8m0_col_true_with_weights(q, sf, act_x_grad, weights, group, rou
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1646,7 +1740,7 @@ def reference_ue8m0_col_true_with_weights(q, sf, act_x_grad, weights, group, rou
         gws = ((go * w[:, None, None]) * sg)
         da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
         db = (gws * a0)
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))
@@ -1668,7 +1762,9 @@ def reference_ue8m0_col_true_with_weights_with_clamp(q, sf, act_x_grad, weights,
     N_s = 2
     N_g = (H // group)
     N_c = group
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = decode_e4m3(_codes_of(q)).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         _t1 = sf.to(torch.float32).reshape(N_t, N_s, N_g).select(1, 0)
         a0 = (_t0 * _t1[:, :, None])
@@ -1686,7 +1782,7 @@ def reference_ue8m0_col_true_with_weights_with_clamp(q, sf, act_x_grad, weights,
         gws = ((go * w[:, None, None]) * sg)
         da = torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
         db = torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a))
-        dx = torch.where((torch.arange(N_s).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
+        dx = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1, 1) == 0), da[:, None, :, :], db[:, None, :, :])
         x_grad = dx
         _t5 = _absmax(dx, 3)
         amax = torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05)))

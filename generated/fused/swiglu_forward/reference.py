@@ -16,11 +16,13 @@ def reference_bf16(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, r
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
         out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(out), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_bf16(out), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_bf16_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -30,13 +32,15 @@ def reference_bf16_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_t
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
         _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_h))
         _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_h))
         _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         out = (((a / (_f32(1.0) + _exp((-a)))) * b) * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
@@ -50,13 +54,15 @@ def reference_bf16_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weight
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
         b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
         out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_bf16_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -66,7 +72,9 @@ def written_rows_bf16_with_pos_to_expert(x, weights, pos_to_token_topk, topk_wei
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -79,7 +87,9 @@ def reference_bf16_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, 
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
@@ -87,7 +97,7 @@ def reference_bf16_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, 
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         out = (((a / (_f32(1.0) + _exp((-a)))) * b) * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
@@ -101,7 +111,9 @@ def written_rows_bf16_with_pos_to_expert_with_clamp(x, weights, pos_to_token_top
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -116,7 +128,9 @@ def reference_bf16_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_t
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
@@ -124,7 +138,7 @@ def reference_bf16_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_t
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
         w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
         out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_bf16_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -136,7 +150,9 @@ def written_rows_bf16_with_pos_to_token_topk_with_topk_weights(x, weights, pos_t
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -151,7 +167,9 @@ def reference_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weight
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
@@ -159,7 +177,7 @@ def reference_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weight
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
@@ -177,7 +195,9 @@ def written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(x, wei
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -192,7 +212,9 @@ def reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -201,7 +223,7 @@ def reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
         w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
         out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -213,7 +235,9 @@ def written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -229,7 +253,9 @@ def reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_w
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -238,7 +264,7 @@ def reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_w
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
@@ -256,7 +282,9 @@ def written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -270,13 +298,15 @@ def reference_bf16_with_weights(x, weights, pos_to_token_topk, topk_weights, pos
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
         _t5 = weights.to(torch.float32).reshape(N_t,)
         w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
         out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _codes_as(encode_bf16(out), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_bf16(out), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_bf16_with_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -286,13 +316,15 @@ def reference_bf16_with_weights_with_clamp(x, weights, pos_to_token_topk, topk_w
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
         _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_h))
         _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_h))
         _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = weights.to(torch.float32).reshape(N_t,)
@@ -308,7 +340,9 @@ def reference_bf16_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
@@ -316,7 +350,7 @@ def reference_bf16_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk
         _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
         w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
         out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_bf16_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -326,7 +360,9 @@ def written_rows_bf16_with_weights_with_pos_to_expert(x, weights, pos_to_token_t
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -339,7 +375,9 @@ def reference_bf16_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
@@ -347,7 +385,7 @@ def reference_bf16_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
@@ -363,7 +401,9 @@ def written_rows_bf16_with_weights_with_pos_to_expert_with_clamp(x, weights, pos
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -378,7 +418,9 @@ def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(x, weig
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
@@ -387,7 +429,7 @@ def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(x, weig
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
         w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
         out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -399,7 +441,9 @@ def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(x, w
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -414,7 +458,9 @@ def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_cl
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
@@ -422,7 +468,7 @@ def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_cl
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
@@ -441,7 +487,9 @@ def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -456,7 +504,9 @@ def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -466,7 +516,7 @@ def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
         w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
         out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -478,7 +528,9 @@ def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -494,7 +546,9 @@ def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -503,7 +557,7 @@ def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
@@ -522,7 +576,9 @@ def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -536,11 +592,13 @@ def reference_fp32(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, r
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
         out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
-        return out.reshape(T_, H), torch.empty(0, dtype=torch.int64)
+        return out.reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_fp32_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -550,13 +608,15 @@ def reference_fp32_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_t
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
         _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_h))
         _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_h))
         _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         out = (((a / (_f32(1.0) + _exp((-a)))) * b) * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
@@ -570,13 +630,15 @@ def reference_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weight
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
         b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
         out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
-        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64)
+        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -586,7 +648,9 @@ def written_rows_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, topk_wei
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -599,7 +663,9 @@ def reference_fp32_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, 
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
@@ -607,7 +673,7 @@ def reference_fp32_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, 
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         out = (((a / (_f32(1.0) + _exp((-a)))) * b) * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
@@ -621,7 +687,9 @@ def written_rows_fp32_with_pos_to_expert_with_clamp(x, weights, pos_to_token_top
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -636,7 +704,9 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_t
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
@@ -644,7 +714,7 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_t
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
         w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
         out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64)
+        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -656,7 +726,9 @@ def written_rows_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos_t
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -671,7 +743,9 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weight
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
@@ -679,7 +753,7 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weight
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
@@ -697,7 +771,9 @@ def written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x, wei
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -712,7 +788,9 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -721,7 +799,7 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
         w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
         out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64)
+        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -733,7 +811,9 @@ def written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -749,7 +829,9 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_w
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -758,7 +840,7 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_w
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
@@ -776,7 +858,9 @@ def written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -790,13 +874,15 @@ def reference_fp32_with_weights(x, weights, pos_to_token_topk, topk_weights, pos
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
         _t5 = weights.to(torch.float32).reshape(N_t,)
         w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
         out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return out.reshape(T_, H), torch.empty(0, dtype=torch.int64)
+        return out.reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_fp32_with_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -806,13 +892,15 @@ def reference_fp32_with_weights_with_clamp(x, weights, pos_to_token_topk, topk_w
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
         _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_h))
         _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_h))
         _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = weights.to(torch.float32).reshape(N_t,)
@@ -828,7 +916,9 @@ def reference_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
@@ -836,7 +926,7 @@ def reference_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk
         _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
         w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
         out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64)
+        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -846,7 +936,9 @@ def written_rows_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token_t
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -859,7 +951,9 @@ def reference_fp32_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
@@ -867,7 +961,7 @@ def reference_fp32_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
@@ -883,7 +977,9 @@ def written_rows_fp32_with_weights_with_pos_to_expert_with_clamp(x, weights, pos
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -898,7 +994,9 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(x, weig
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
@@ -907,7 +1005,7 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(x, weig
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
         w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
         out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64)
+        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -919,7 +1017,9 @@ def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(x, w
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -934,7 +1034,9 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_cl
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
@@ -942,7 +1044,7 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_cl
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
@@ -961,7 +1063,9 @@ def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -976,7 +1080,9 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -986,7 +1092,7 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
         w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
         out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64)
+        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -998,7 +1104,9 @@ def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -1014,7 +1122,9 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -1023,7 +1133,7 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
@@ -1042,7 +1152,9 @@ def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with
     N_s = 2
     N_h = H
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))

@@ -17,11 +17,13 @@ def reference_e4m3_fp32_true(x, group_tokens, clamp, _given=None):
     N_s = 2
     N_h = H
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 0)
         b0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 1)
         act = ROUND_x(((a0 / (_f32(1.0) + _exp((-a0)))) * b0))
-        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_)[:, :, None], act, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_, _dev)[:, :, None], act, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
@@ -37,13 +39,15 @@ def reference_e4m3_fp32_true_with_clamp(x, group_tokens, clamp, _given=None):
     N_s = 2
     N_h = H
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 0)
         b0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 1)
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         act = ROUND_x(((a / (_f32(1.0) + _exp((-a)))) * b))
-        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_)[:, :, None], act, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_, _dev)[:, :, None], act, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
@@ -59,11 +63,13 @@ def reference_e4m3_fp32_false(x, group_tokens, clamp, _given=None):
     N_s = 2
     N_h = H
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 0)
         b0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 1)
         act = ROUND_x(((a0 / (_f32(1.0) + _exp((-a0)))) * b0))
-        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_)[:, :, None], act, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_, _dev)[:, :, None], act, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
@@ -79,13 +85,15 @@ def reference_e4m3_fp32_false_with_clamp(x, group_tokens, clamp, _given=None):
     N_s = 2
     N_h = H
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 0)
         b0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 1)
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         act = ROUND_x(((a / (_f32(1.0) + _exp((-a)))) * b))
-        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_)[:, :, None], act, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_, _dev)[:, :, None], act, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
@@ -101,11 +109,13 @@ def reference_e4m3_pow2_true(x, group_tokens, clamp, _given=None):
     N_s = 2
     N_h = H
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 0)
         b0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 1)
         act = ROUND_x(((a0 / (_f32(1.0) + _exp((-a0)))) * b0))
-        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_)[:, :, None], act, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_, _dev)[:, :, None], act, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
@@ -121,13 +131,15 @@ def reference_e4m3_pow2_true_with_clamp(x, group_tokens, clamp, _given=None):
     N_s = 2
     N_h = H
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 0)
         b0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 1)
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         act = ROUND_x(((a / (_f32(1.0) + _exp((-a)))) * b))
-        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_)[:, :, None], act, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_, _dev)[:, :, None], act, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
@@ -143,11 +155,13 @@ def reference_e4m3_pow2_false(x, group_tokens, clamp, _given=None):
     N_s = 2
     N_h = H
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 0)
         b0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 1)
         act = ROUND_x(((a0 / (_f32(1.0) + _exp((-a0)))) * b0))
-        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_)[:, :, None], act, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_, _dev)[:, :, None], act, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
@@ -163,13 +177,15 @@ def reference_e4m3_pow2_false_with_clamp(x, group_tokens, clamp, _given=None):
     N_s = 2
     N_h = H
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 0)
         b0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 1)
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         act = ROUND_x(((a / (_f32(1.0) + _exp((-a)))) * b))
-        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_)[:, :, None], act, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_, _dev)[:, :, None], act, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
@@ -185,11 +201,13 @@ def reference_e4m3_ue8m0_true(x, group_tokens, clamp, _given=None):
     N_s = 2
     N_h = H
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 0)
         b0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 1)
         act = ROUND_x(((a0 / (_f32(1.0) + _exp((-a0)))) * b0))
-        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_)[:, :, None], act, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_, _dev)[:, :, None], act, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
@@ -205,13 +223,15 @@ def reference_e4m3_ue8m0_true_with_clamp(x, group_tokens, clamp, _given=None):
     N_s = 2
     N_h = H
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 0)
         b0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 1)
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         act = ROUND_x(((a / (_f32(1.0) + _exp((-a)))) * b))
-        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_)[:, :, None], act, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_, _dev)[:, :, None], act, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
@@ -227,11 +247,13 @@ def reference_e4m3_ue8m0_false(x, group_tokens, clamp, _given=None):
     N_s = 2
     N_h = H
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 0)
         b0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 1)
         act = ROUND_x(((a0 / (_f32(1.0) + _exp((-a0)))) * b0))
-        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_)[:, :, None], act, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_, _dev)[:, :, None], act, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
@@ -247,13 +269,15 @@ def reference_e4m3_ue8m0_false_with_clamp(x, group_tokens, clamp, _given=None):
     N_s = 2
     N_h = H
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 0)
         b0 = _pad_dim(x.to(torch.float32), 0, N_k * N_r).reshape(N_k, N_r, N_s, N_h).select(2, 1)
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         act = ROUND_x(((a / (_f32(1.0) + _exp((-a)))) * b))
-        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_)[:, :, None], act, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_k, N_r, T_, _dev)[:, :, None], act, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))

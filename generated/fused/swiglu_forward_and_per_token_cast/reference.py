@@ -17,7 +17,9 @@ def reference_e4m3_fp32(x, weights, pos_to_token_topk, topk_weights, pos_to_expe
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
         act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
@@ -27,7 +29,7 @@ def reference_e4m3_fp32(x, weights, pos_to_token_topk, topk_weights, pos_to_expe
         sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_e4m3_fp32_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -38,13 +40,15 @@ def reference_e4m3_fp32_with_clamp(x, weights, pos_to_token_topk, topk_weights, 
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
         _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_g, N_c))
         _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_g, N_c))
         _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         act = ((a / (_f32(1.0) + _exp((-a)))) * b)
@@ -65,7 +69,9 @@ def reference_e4m3_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, topk_w
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -77,7 +83,7 @@ def reference_e4m3_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, topk_w
         sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -88,7 +94,9 @@ def written_rows_e4m3_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, top
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -102,7 +110,9 @@ def reference_e4m3_fp32_with_pos_to_expert_with_clamp(x, weights, pos_to_token_t
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -110,7 +120,7 @@ def reference_e4m3_fp32_with_pos_to_expert_with_clamp(x, weights, pos_to_token_t
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         act = ((a / (_f32(1.0) + _exp((-a)))) * b)
@@ -131,7 +141,9 @@ def written_rows_e4m3_fp32_with_pos_to_expert_with_clamp(x, weights, pos_to_toke
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -147,7 +159,9 @@ def reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -161,7 +175,7 @@ def reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos
         sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -174,7 +188,9 @@ def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, 
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -190,7 +206,9 @@ def reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x, w
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -198,7 +216,7 @@ def reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x, w
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
@@ -223,7 +241,9 @@ def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -239,7 +259,9 @@ def reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_exp
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -254,7 +276,7 @@ def reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_exp
         sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -267,7 +289,9 @@ def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -284,7 +308,9 @@ def reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_exp
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -293,7 +319,7 @@ def reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_exp
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
@@ -318,7 +344,9 @@ def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -333,7 +361,9 @@ def reference_e4m3_fp32_with_weights(x, weights, pos_to_token_topk, topk_weights
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
         _t5 = weights.to(torch.float32).reshape(N_t,)
@@ -345,7 +375,7 @@ def reference_e4m3_fp32_with_weights(x, weights, pos_to_token_topk, topk_weights
         sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_e4m3_fp32_with_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -356,13 +386,15 @@ def reference_e4m3_fp32_with_weights_with_clamp(x, weights, pos_to_token_topk, t
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
         _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_g, N_c))
         _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_g, N_c))
         _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = weights.to(torch.float32).reshape(N_t,)
@@ -385,7 +417,9 @@ def reference_e4m3_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -399,7 +433,7 @@ def reference_e4m3_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token
         sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -410,7 +444,9 @@ def written_rows_e4m3_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_to
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -424,7 +460,9 @@ def reference_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(x, weights, p
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -432,7 +470,7 @@ def reference_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(x, weights, p
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
@@ -455,7 +493,9 @@ def written_rows_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(x, weights
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -471,7 +511,9 @@ def reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(x,
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -486,7 +528,7 @@ def reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(x,
         sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -499,7 +541,9 @@ def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -515,7 +559,9 @@ def reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -523,7 +569,7 @@ def reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_wi
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
@@ -549,7 +595,9 @@ def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -565,7 +613,9 @@ def reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -581,7 +631,7 @@ def reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_wi
         sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -594,7 +644,9 @@ def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -611,7 +663,9 @@ def reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -620,7 +674,7 @@ def reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_wi
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
@@ -646,7 +700,9 @@ def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -661,7 +717,9 @@ def reference_e4m3_pow2(x, weights, pos_to_token_topk, topk_weights, pos_to_expe
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
         act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
@@ -671,7 +729,7 @@ def reference_e4m3_pow2(x, weights, pos_to_token_topk, topk_weights, pos_to_expe
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_e4m3_pow2_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -682,13 +740,15 @@ def reference_e4m3_pow2_with_clamp(x, weights, pos_to_token_topk, topk_weights, 
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
         _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_g, N_c))
         _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_g, N_c))
         _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         act = ((a / (_f32(1.0) + _exp((-a)))) * b)
@@ -709,7 +769,9 @@ def reference_e4m3_pow2_with_pos_to_expert(x, weights, pos_to_token_topk, topk_w
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -721,7 +783,7 @@ def reference_e4m3_pow2_with_pos_to_expert(x, weights, pos_to_token_topk, topk_w
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_pow2_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -732,7 +794,9 @@ def written_rows_e4m3_pow2_with_pos_to_expert(x, weights, pos_to_token_topk, top
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -746,7 +810,9 @@ def reference_e4m3_pow2_with_pos_to_expert_with_clamp(x, weights, pos_to_token_t
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -754,7 +820,7 @@ def reference_e4m3_pow2_with_pos_to_expert_with_clamp(x, weights, pos_to_token_t
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         act = ((a / (_f32(1.0) + _exp((-a)))) * b)
@@ -775,7 +841,9 @@ def written_rows_e4m3_pow2_with_pos_to_expert_with_clamp(x, weights, pos_to_toke
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -791,7 +859,9 @@ def reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(x, weights, pos
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -805,7 +875,7 @@ def reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(x, weights, pos
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -818,7 +888,9 @@ def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(x, weights, 
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -834,7 +906,9 @@ def reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(x, w
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -842,7 +916,7 @@ def reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(x, w
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
@@ -867,7 +941,9 @@ def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(x
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -883,7 +959,9 @@ def reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_exp
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -898,7 +976,7 @@ def reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_exp
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -911,7 +989,9 @@ def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -928,7 +1008,9 @@ def reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_exp
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -937,7 +1019,7 @@ def reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_exp
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
@@ -962,7 +1044,9 @@ def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -977,7 +1061,9 @@ def reference_e4m3_pow2_with_weights(x, weights, pos_to_token_topk, topk_weights
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
         _t5 = weights.to(torch.float32).reshape(N_t,)
@@ -989,7 +1075,7 @@ def reference_e4m3_pow2_with_weights(x, weights, pos_to_token_topk, topk_weights
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_e4m3_pow2_with_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1000,13 +1086,15 @@ def reference_e4m3_pow2_with_weights_with_clamp(x, weights, pos_to_token_topk, t
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
         _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_g, N_c))
         _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_g, N_c))
         _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = weights.to(torch.float32).reshape(N_t,)
@@ -1029,7 +1117,9 @@ def reference_e4m3_pow2_with_weights_with_pos_to_expert(x, weights, pos_to_token
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -1043,7 +1133,7 @@ def reference_e4m3_pow2_with_weights_with_pos_to_expert(x, weights, pos_to_token
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_pow2_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1054,7 +1144,9 @@ def written_rows_e4m3_pow2_with_weights_with_pos_to_expert(x, weights, pos_to_to
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -1068,7 +1160,9 @@ def reference_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(x, weights, p
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -1076,7 +1170,7 @@ def reference_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(x, weights, p
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
@@ -1099,7 +1193,9 @@ def written_rows_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(x, weights
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -1115,7 +1211,9 @@ def reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(x,
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -1130,7 +1228,7 @@ def reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(x,
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1143,7 +1241,9 @@ def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -1159,7 +1259,9 @@ def reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -1167,7 +1269,7 @@ def reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_wi
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
@@ -1193,7 +1295,9 @@ def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -1209,7 +1313,9 @@ def reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -1225,7 +1331,7 @@ def reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_wi
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1238,7 +1344,9 @@ def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -1255,7 +1363,9 @@ def reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -1264,7 +1374,7 @@ def reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_wi
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
@@ -1290,7 +1400,9 @@ def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -1305,7 +1417,9 @@ def reference_e4m3_ue8m0(x, weights, pos_to_token_topk, topk_weights, pos_to_exp
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
         act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
@@ -1315,7 +1429,7 @@ def reference_e4m3_ue8m0(x, weights, pos_to_token_topk, topk_weights, pos_to_exp
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_e4m3_ue8m0_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1326,13 +1440,15 @@ def reference_e4m3_ue8m0_with_clamp(x, weights, pos_to_token_topk, topk_weights,
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
         _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_g, N_c))
         _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_g, N_c))
         _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         act = ((a / (_f32(1.0) + _exp((-a)))) * b)
@@ -1353,7 +1469,9 @@ def reference_e4m3_ue8m0_with_pos_to_expert(x, weights, pos_to_token_topk, topk_
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -1365,7 +1483,7 @@ def reference_e4m3_ue8m0_with_pos_to_expert(x, weights, pos_to_token_topk, topk_
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_ue8m0_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1376,7 +1494,9 @@ def written_rows_e4m3_ue8m0_with_pos_to_expert(x, weights, pos_to_token_topk, to
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -1390,7 +1510,9 @@ def reference_e4m3_ue8m0_with_pos_to_expert_with_clamp(x, weights, pos_to_token_
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -1398,7 +1520,7 @@ def reference_e4m3_ue8m0_with_pos_to_expert_with_clamp(x, weights, pos_to_token_
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         act = ((a / (_f32(1.0) + _exp((-a)))) * b)
@@ -1419,7 +1541,9 @@ def written_rows_e4m3_ue8m0_with_pos_to_expert_with_clamp(x, weights, pos_to_tok
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -1435,7 +1559,9 @@ def reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(x, weights, po
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -1449,7 +1575,7 @@ def reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(x, weights, po
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1462,7 +1588,9 @@ def written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(x, weights,
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -1478,7 +1606,9 @@ def reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(x, 
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -1486,7 +1616,7 @@ def reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(x, 
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
@@ -1511,7 +1641,9 @@ def written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -1527,7 +1659,9 @@ def reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_ex
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -1542,7 +1676,7 @@ def reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_ex
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1555,7 +1689,9 @@ def written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -1572,7 +1708,9 @@ def reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_ex
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -1581,7 +1719,7 @@ def reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_ex
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
@@ -1606,7 +1744,9 @@ def written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -1621,7 +1761,9 @@ def reference_e4m3_ue8m0_with_weights(x, weights, pos_to_token_topk, topk_weight
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
         _t5 = weights.to(torch.float32).reshape(N_t,)
@@ -1633,7 +1775,7 @@ def reference_e4m3_ue8m0_with_weights(x, weights, pos_to_token_topk, topk_weight
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_e4m3_ue8m0_with_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1644,13 +1786,15 @@ def reference_e4m3_ue8m0_with_weights_with_clamp(x, weights, pos_to_token_topk, 
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
         b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
         _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_g, N_c))
         _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_g, N_c))
         _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = weights.to(torch.float32).reshape(N_t,)
@@ -1673,7 +1817,9 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_expert(x, weights, pos_to_toke
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -1687,7 +1833,7 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_expert(x, weights, pos_to_toke
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_ue8m0_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1698,7 +1844,9 @@ def written_rows_e4m3_ue8m0_with_weights_with_pos_to_expert(x, weights, pos_to_t
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -1712,7 +1860,9 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(x, weights, 
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -1720,7 +1870,7 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(x, weights, 
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
@@ -1743,7 +1893,9 @@ def written_rows_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(x, weight
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         keep = (_t0 >= 0)
         return keep
@@ -1759,7 +1911,9 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(x
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -1774,7 +1928,7 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(x
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1787,7 +1941,9 @@ def written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weight
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -1803,7 +1959,9 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_w
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
@@ -1811,7 +1969,7 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_w
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
@@ -1837,7 +1995,9 @@ def written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weight
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = (_t1 >= 0)
         return keep
@@ -1853,7 +2013,9 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_w
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -1869,7 +2031,7 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_w
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64)
+        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1882,7 +2044,9 @@ def written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weight
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -1899,7 +2063,9 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_w
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))
@@ -1908,7 +2074,7 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_w
         _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
         _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n).reshape(-1) == 1), _t3[None], _t4[None]))
+        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
         a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
         b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
         _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
@@ -1934,7 +2100,9 @@ def written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weight
     N_g = (H // group)
     N_c = group
     N_n = 3
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
         _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
         keep = ((_t0 >= 0) & (_t1 >= 0))

@@ -15,10 +15,12 @@ def reference_base(scores, k, _given=None):
     N_t = T_
     N_e = E
     N_j = k
-    with torch.device(scores.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = scores.device
+    with torch.device(_dev):
         s = scores.to(torch.float32).reshape(N_t, N_e)
         _key = order_key(s)
-        _index = torch.arange(N_e).reshape(1, N_e)
+        _index = torch.arange(N_e, device=_dev).reshape(1, N_e)
         _picks = []
         for _ in range(N_j):
             _best = _key.amax(dim=1, keepdim=True)

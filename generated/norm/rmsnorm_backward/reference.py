@@ -14,7 +14,9 @@ def reference_base(grad_out, x, rstd, weight, grad_residual, out_scale, _given=N
     H = grad_out.shape[1]
     N_t = T_
     N_h = H
-    with torch.device(grad_out.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = grad_out.device
+    with torch.device(_dev):
         r = rstd.to(torch.float32).reshape(N_t,)
         _t0 = x.to(torch.float32).reshape(N_t, N_h)
         xhat = (_t0 * r[:, None])
@@ -35,7 +37,9 @@ def reference_with_grad_residual(grad_out, x, rstd, weight, grad_residual, out_s
     H = grad_out.shape[1]
     N_t = T_
     N_h = H
-    with torch.device(grad_out.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = grad_out.device
+    with torch.device(_dev):
         r = rstd.to(torch.float32).reshape(N_t,)
         _t0 = x.to(torch.float32).reshape(N_t, N_h)
         xhat = (_t0 * r[:, None])
@@ -57,7 +61,9 @@ def reference_with_weight(grad_out, x, rstd, weight, grad_residual, out_scale, _
     H = grad_out.shape[1]
     N_t = T_
     N_h = H
-    with torch.device(grad_out.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = grad_out.device
+    with torch.device(_dev):
         r = rstd.to(torch.float32).reshape(N_t,)
         _t0 = x.to(torch.float32).reshape(N_t, N_h)
         xhat = (_t0 * r[:, None])
@@ -79,7 +85,9 @@ def reference_with_weight_with_grad_residual(grad_out, x, rstd, weight, grad_res
     H = grad_out.shape[1]
     N_t = T_
     N_h = H
-    with torch.device(grad_out.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = grad_out.device
+    with torch.device(_dev):
         r = rstd.to(torch.float32).reshape(N_t,)
         _t0 = x.to(torch.float32).reshape(N_t, N_h)
         xhat = (_t0 * r[:, None])

@@ -15,7 +15,9 @@ def reference_base(x, weight, residual, eps, out_scale, _given=None):
     N_t = T_
     N_h = H
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = x.to(torch.float32).reshape(N_t, N_h)
         s = ROUND_x((_t0 + _f32(-0.0)))
         s2 = (s * s)
@@ -23,7 +25,7 @@ def reference_base(x, weight, residual, eps, out_scale, _given=None):
         rstd = _rsqrt(((_t2 / _f32(float(H))) + _f32(float(eps))))
         rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
         out = ((s * rstd[:, None]) * (_f32(1.0) * _f32(float(out_scale))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](out).reshape(T_, H), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype)
+        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](out).reshape(T_, H), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype, device=_dev)
 
 
 def reference_with_residual(x, weight, residual, eps, out_scale, _given=None):
@@ -32,7 +34,9 @@ def reference_with_residual(x, weight, residual, eps, out_scale, _given=None):
     N_t = T_
     N_h = H
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = x.to(torch.float32).reshape(N_t, N_h)
         _t1 = residual.to(torch.float32).reshape(N_t, N_h)
         s = ROUND_x((_t0 + _t1))
@@ -51,7 +55,9 @@ def reference_with_weight(x, weight, residual, eps, out_scale, _given=None):
     N_t = T_
     N_h = H
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = x.to(torch.float32).reshape(N_t, N_h)
         s = ROUND_x((_t0 + _f32(-0.0)))
         s2 = (s * s)
@@ -60,7 +66,7 @@ def reference_with_weight(x, weight, residual, eps, out_scale, _given=None):
         rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
         _t3 = weight.to(torch.float32).reshape(N_h,)
         out = ((s * rstd[:, None]) * (_t3[None, :] * _f32(float(out_scale))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](out).reshape(T_, H), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype)
+        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](out).reshape(T_, H), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype, device=_dev)
 
 
 def reference_with_weight_with_residual(x, weight, residual, eps, out_scale, _given=None):
@@ -69,7 +75,9 @@ def reference_with_weight_with_residual(x, weight, residual, eps, out_scale, _gi
     N_t = T_
     N_h = H
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = x.to(torch.float32).reshape(N_t, N_h)
         _t1 = residual.to(torch.float32).reshape(N_t, N_h)
         s = ROUND_x((_t0 + _t1))

@@ -16,7 +16,9 @@ def reference_e4m3_fp32(x, weight, residual, eps, out_scale, group, _given=None)
     N_g = (H // group)
     N_c = group
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
         s = ROUND_x((_t0 + _f32(-0.0)))
         s2 = (s * s)
@@ -30,7 +32,7 @@ def reference_e4m3_fp32(x, weight, residual, eps, out_scale, group, _given=None)
         sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype)
+        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype, device=_dev)
 
 
 def reference_e4m3_fp32_with_residual(x, weight, residual, eps, out_scale, group, _given=None):
@@ -40,7 +42,9 @@ def reference_e4m3_fp32_with_residual(x, weight, residual, eps, out_scale, group
     N_g = (H // group)
     N_c = group
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t1 = residual.to(torch.float32).reshape(N_t, N_g, N_c)
         s = ROUND_x((_t0 + _t1))
@@ -66,7 +70,9 @@ def reference_e4m3_fp32_with_weight(x, weight, residual, eps, out_scale, group, 
     N_g = (H // group)
     N_c = group
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
         s = ROUND_x((_t0 + _f32(-0.0)))
         s2 = (s * s)
@@ -81,7 +87,7 @@ def reference_e4m3_fp32_with_weight(x, weight, residual, eps, out_scale, group, 
         sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype)
+        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype, device=_dev)
 
 
 def reference_e4m3_fp32_with_weight_with_residual(x, weight, residual, eps, out_scale, group, _given=None):
@@ -91,7 +97,9 @@ def reference_e4m3_fp32_with_weight_with_residual(x, weight, residual, eps, out_
     N_g = (H // group)
     N_c = group
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t1 = residual.to(torch.float32).reshape(N_t, N_g, N_c)
         s = ROUND_x((_t0 + _t1))
@@ -118,7 +126,9 @@ def reference_e4m3_pow2(x, weight, residual, eps, out_scale, group, _given=None)
     N_g = (H // group)
     N_c = group
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
         s = ROUND_x((_t0 + _f32(-0.0)))
         s2 = (s * s)
@@ -132,7 +142,7 @@ def reference_e4m3_pow2(x, weight, residual, eps, out_scale, group, _given=None)
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype)
+        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype, device=_dev)
 
 
 def reference_e4m3_pow2_with_residual(x, weight, residual, eps, out_scale, group, _given=None):
@@ -142,7 +152,9 @@ def reference_e4m3_pow2_with_residual(x, weight, residual, eps, out_scale, group
     N_g = (H // group)
     N_c = group
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t1 = residual.to(torch.float32).reshape(N_t, N_g, N_c)
         s = ROUND_x((_t0 + _t1))
@@ -168,7 +180,9 @@ def reference_e4m3_pow2_with_weight(x, weight, residual, eps, out_scale, group, 
     N_g = (H // group)
     N_c = group
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
         s = ROUND_x((_t0 + _f32(-0.0)))
         s2 = (s * s)
@@ -183,7 +197,7 @@ def reference_e4m3_pow2_with_weight(x, weight, residual, eps, out_scale, group, 
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype)
+        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype, device=_dev)
 
 
 def reference_e4m3_pow2_with_weight_with_residual(x, weight, residual, eps, out_scale, group, _given=None):
@@ -193,7 +207,9 @@ def reference_e4m3_pow2_with_weight_with_residual(x, weight, residual, eps, out_
     N_g = (H // group)
     N_c = group
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t1 = residual.to(torch.float32).reshape(N_t, N_g, N_c)
         s = ROUND_x((_t0 + _t1))
@@ -220,7 +236,9 @@ def reference_e4m3_ue8m0(x, weight, residual, eps, out_scale, group, _given=None
     N_g = (H // group)
     N_c = group
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
         s = ROUND_x((_t0 + _f32(-0.0)))
         s2 = (s * s)
@@ -234,7 +252,7 @@ def reference_e4m3_ue8m0(x, weight, residual, eps, out_scale, group, _given=None
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype)
+        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype, device=_dev)
 
 
 def reference_e4m3_ue8m0_with_residual(x, weight, residual, eps, out_scale, group, _given=None):
@@ -244,7 +262,9 @@ def reference_e4m3_ue8m0_with_residual(x, weight, residual, eps, out_scale, grou
     N_g = (H // group)
     N_c = group
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t1 = residual.to(torch.float32).reshape(N_t, N_g, N_c)
         s = ROUND_x((_t0 + _t1))
@@ -270,7 +290,9 @@ def reference_e4m3_ue8m0_with_weight(x, weight, residual, eps, out_scale, group,
     N_g = (H // group)
     N_c = group
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
         s = ROUND_x((_t0 + _f32(-0.0)))
         s2 = (s * s)
@@ -285,7 +307,7 @@ def reference_e4m3_ue8m0_with_weight(x, weight, residual, eps, out_scale, group,
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype)
+        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype, device=_dev)
 
 
 def reference_e4m3_ue8m0_with_weight_with_residual(x, weight, residual, eps, out_scale, group, _given=None):
@@ -295,7 +317,9 @@ def reference_e4m3_ue8m0_with_weight_with_residual(x, weight, residual, eps, out
     N_g = (H // group)
     N_c = group
     ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t1 = residual.to(torch.float32).reshape(N_t, N_g, N_c)
         s = ROUND_x((_t0 + _t1))

@@ -15,7 +15,9 @@ def reference_e4m3_fp32_bf16(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e4m3(_codes_of(q)).reshape(N_t, N_g, N_c)
         s = sf.to(torch.float32).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -28,7 +30,9 @@ def reference_e4m3_fp32_fp32(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e4m3(_codes_of(q)).reshape(N_t, N_g, N_c)
         s = sf.to(torch.float32).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -41,7 +45,9 @@ def reference_e4m3_ue8m0_bf16(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e4m3(_codes_of(q)).reshape(N_t, N_g, N_c)
         s = _from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // block)] << 23).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -54,7 +60,9 @@ def reference_e4m3_ue8m0_fp32(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e4m3(_codes_of(q)).reshape(N_t, N_g, N_c)
         s = _from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // block)] << 23).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -67,7 +75,9 @@ def reference_e4m3_ue8m0_byte_bf16(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e4m3(_codes_of(q)).reshape(N_t, N_g, N_c)
         s = _from_bits(_codes_of(sf) << 23).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -80,7 +90,9 @@ def reference_e4m3_ue8m0_byte_fp32(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e4m3(_codes_of(q)).reshape(N_t, N_g, N_c)
         s = _from_bits(_codes_of(sf) << 23).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -93,7 +105,9 @@ def reference_e5m2_fp32_bf16(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e5m2(_codes_of(q)).reshape(N_t, N_g, N_c)
         s = sf.to(torch.float32).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -106,7 +120,9 @@ def reference_e5m2_fp32_fp32(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e5m2(_codes_of(q)).reshape(N_t, N_g, N_c)
         s = sf.to(torch.float32).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -119,7 +135,9 @@ def reference_e5m2_ue8m0_bf16(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e5m2(_codes_of(q)).reshape(N_t, N_g, N_c)
         s = _from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // block)] << 23).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -132,7 +150,9 @@ def reference_e5m2_ue8m0_fp32(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e5m2(_codes_of(q)).reshape(N_t, N_g, N_c)
         s = _from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // block)] << 23).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -145,7 +165,9 @@ def reference_e5m2_ue8m0_byte_bf16(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e5m2(_codes_of(q)).reshape(N_t, N_g, N_c)
         s = _from_bits(_codes_of(sf) << 23).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -158,7 +180,9 @@ def reference_e5m2_ue8m0_byte_fp32(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e5m2(_codes_of(q)).reshape(N_t, N_g, N_c)
         s = _from_bits(_codes_of(sf) << 23).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -171,7 +195,9 @@ def reference_e2m1_fp32_bf16(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))).reshape(N_t, N_g, N_c)
         s = sf.to(torch.float32).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -184,7 +210,9 @@ def reference_e2m1_fp32_fp32(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))).reshape(N_t, N_g, N_c)
         s = sf.to(torch.float32).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -197,7 +225,9 @@ def reference_e2m1_ue8m0_bf16(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))).reshape(N_t, N_g, N_c)
         s = _from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // block)] << 23).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -210,7 +240,9 @@ def reference_e2m1_ue8m0_fp32(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))).reshape(N_t, N_g, N_c)
         s = _from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // block)] << 23).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -223,7 +255,9 @@ def reference_e2m1_ue8m0_byte_bf16(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))).reshape(N_t, N_g, N_c)
         s = _from_bits(_codes_of(sf) << 23).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -236,7 +270,9 @@ def reference_e2m1_ue8m0_byte_fp32(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))).reshape(N_t, N_g, N_c)
         s = _from_bits(_codes_of(sf) << 23).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -249,7 +285,9 @@ def reference_e5m6_fp32_bf16(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e5m6(_unpack_codes(q, (8, 12, 3, 'int32', 'msb_first'))).reshape(N_t, N_g, N_c)
         s = sf.to(torch.float32).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -262,7 +300,9 @@ def reference_e5m6_fp32_fp32(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e5m6(_unpack_codes(q, (8, 12, 3, 'int32', 'msb_first'))).reshape(N_t, N_g, N_c)
         s = sf.to(torch.float32).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -275,7 +315,9 @@ def reference_e5m6_ue8m0_bf16(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e5m6(_unpack_codes(q, (8, 12, 3, 'int32', 'msb_first'))).reshape(N_t, N_g, N_c)
         s = _from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // block)] << 23).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -288,7 +330,9 @@ def reference_e5m6_ue8m0_fp32(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e5m6(_unpack_codes(q, (8, 12, 3, 'int32', 'msb_first'))).reshape(N_t, N_g, N_c)
         s = _from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // block)] << 23).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -301,7 +345,9 @@ def reference_e5m6_ue8m0_byte_bf16(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e5m6(_unpack_codes(q, (8, 12, 3, 'int32', 'msb_first'))).reshape(N_t, N_g, N_c)
         s = _from_bits(_codes_of(sf) << 23).reshape(N_t, N_g)
         y = (qf * s[:, :, None])
@@ -314,7 +360,9 @@ def reference_e5m6_ue8m0_byte_fp32(q, sf, block, _given=None):
     N_t = T_
     N_g = (H // block)
     N_c = block
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         qf = decode_e5m6(_unpack_codes(q, (8, 12, 3, 'int32', 'msb_first'))).reshape(N_t, N_g, N_c)
         s = _from_bits(_codes_of(sf) << 23).reshape(N_t, N_g)
         y = (qf * s[:, :, None])

@@ -17,11 +17,13 @@ def reference_fp32_fp32_row(q, sf, block_rows, block_cols, in_cols, _given=None)
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(sf.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)
@@ -38,11 +40,13 @@ def reference_fp32_fp32_col(q, sf, block_rows, block_cols, in_cols, _given=None)
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(sf.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)
@@ -59,11 +63,13 @@ def reference_fp32_ue8m0_row(q, sf, block_rows, block_cols, in_cols, _given=None
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(sf.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)
@@ -80,11 +86,13 @@ def reference_fp32_ue8m0_col(q, sf, block_rows, block_cols, in_cols, _given=None
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(sf.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)
@@ -101,11 +109,13 @@ def reference_fp32_ue8m0_byte_row(q, sf, block_rows, block_cols, in_cols, _given
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(sf.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)
@@ -122,11 +132,13 @@ def reference_fp32_ue8m0_byte_col(q, sf, block_rows, block_cols, in_cols, _given
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(sf.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)
@@ -143,11 +155,13 @@ def reference_ue8m0_fp32_row(q, sf, block_rows, block_cols, in_cols, _given=None
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(_from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // in_cols)] << 23), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)
@@ -164,11 +178,13 @@ def reference_ue8m0_fp32_col(q, sf, block_rows, block_cols, in_cols, _given=None
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(_from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // in_cols)] << 23), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)
@@ -185,11 +201,13 @@ def reference_ue8m0_ue8m0_row(q, sf, block_rows, block_cols, in_cols, _given=Non
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(_from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // in_cols)] << 23), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)
@@ -206,11 +224,13 @@ def reference_ue8m0_ue8m0_col(q, sf, block_rows, block_cols, in_cols, _given=Non
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(_from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // in_cols)] << 23), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)
@@ -227,11 +247,13 @@ def reference_ue8m0_ue8m0_byte_row(q, sf, block_rows, block_cols, in_cols, _give
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(_from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // in_cols)] << 23), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)
@@ -248,11 +270,13 @@ def reference_ue8m0_ue8m0_byte_col(q, sf, block_rows, block_cols, in_cols, _give
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(_from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // in_cols)] << 23), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)
@@ -269,11 +293,13 @@ def reference_ue8m0_byte_fp32_row(q, sf, block_rows, block_cols, in_cols, _given
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(_from_bits(_codes_of(sf) << 23), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)
@@ -290,11 +316,13 @@ def reference_ue8m0_byte_fp32_col(q, sf, block_rows, block_cols, in_cols, _given
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(_from_bits(_codes_of(sf) << 23), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)
@@ -311,11 +339,13 @@ def reference_ue8m0_byte_ue8m0_row(q, sf, block_rows, block_cols, in_cols, _give
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(_from_bits(_codes_of(sf) << 23), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)
@@ -332,11 +362,13 @@ def reference_ue8m0_byte_ue8m0_col(q, sf, block_rows, block_cols, in_cols, _give
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(_from_bits(_codes_of(sf) << 23), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)
@@ -353,11 +385,13 @@ def reference_ue8m0_byte_ue8m0_byte_row(q, sf, block_rows, block_cols, in_cols, 
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(_from_bits(_codes_of(sf) << 23), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)
@@ -374,11 +408,13 @@ def reference_ue8m0_byte_ue8m0_byte_col(q, sf, block_rows, block_cols, in_cols, 
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
-    with torch.device(q.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = q.device
+    with torch.device(_dev):
         _t0 = _pad_dim(_from_bits(_codes_of(sf) << 23), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k)
         e = _wrap_i32(((_bits(_t0) >> 23) & 255))
         _t1 = _nanmax(e, 3)
-        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t1, _t(-2147483648)), 1)
+        e_max = _nanmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t1, _t(-2147483648)), 1)
         e_out = torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0))
         m = torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126), _from_bits((((_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))), _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149), _from_bits(((1 << (_wrap_i32(torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))), _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0)))
         _t2 = _pad_dim(decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_k, N_c)

@@ -16,7 +16,9 @@ def reference_e4m3(x, sf, block_rows, block_cols, _given=None):
     N_r = block_rows
     N_g = (H // block_cols)
     N_c = block_cols
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = _pad_dim(x.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_c)
         _t0 = sf.to(torch.float32).reshape(N_b, N_g)
         inv = (_f32(1.0) / _t0)

@@ -15,10 +15,12 @@ def reference_e4m3_fp32(x, block_rows, block_cols, _given=None):
     N_r = block_rows
     N_g = (H // block_cols)
     N_c = block_cols
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = _pad_dim(x.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_c)
         _t0 = _absmax(xf, 3)
-        _t1 = _absmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t0, _f32(0.0)), 1)
+        _t1 = _absmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t0, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t1), _t(_f32(0.0001)))
         sf = (amax / _f32(448.0))
         return sf.reshape((-(-T_ // block_rows)), (H // block_cols)),
@@ -31,10 +33,12 @@ def reference_e4m3_pow2(x, block_rows, block_cols, _given=None):
     N_r = block_rows
     N_g = (H // block_cols)
     N_c = block_cols
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = _pad_dim(x.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_c)
         _t0 = _absmax(xf, 3)
-        _t1 = _absmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t0, _f32(0.0)), 1)
+        _t1 = _absmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t0, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t1), _t(_f32(0.0001)))
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         return sf.reshape((-(-T_ // block_rows)), (H // block_cols)),
@@ -47,10 +51,12 @@ def reference_e4m3_ue8m0(x, block_rows, block_cols, _given=None):
     N_r = block_rows
     N_g = (H // block_cols)
     N_c = block_cols
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = _pad_dim(x.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_c)
         _t0 = _absmax(xf, 3)
-        _t1 = _absmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], _t0, _f32(0.0)), 1)
+        _t1 = _absmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t0, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t1), _t(_f32(0.0001)))
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         return _pack_codes(_exponent_byte(sf.reshape((-(-T_ // block_rows)), (H // block_cols))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32),

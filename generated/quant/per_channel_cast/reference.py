@@ -15,9 +15,11 @@ def reference_e4m3_fp32_false(x, group_tokens, _given=None):
     N_b = (-(-T_ // group_tokens))
     N_r = group_tokens
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = _pad_dim(x.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_h)
-        _t0 = _absmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], xf, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], xf, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
@@ -31,9 +33,11 @@ def reference_e4m3_fp32_true(x, group_tokens, _given=None):
     N_b = (-(-T_ // group_tokens))
     N_r = group_tokens
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = _pad_dim(x.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_h)
-        _t0 = _absmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], xf, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], xf, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = (amax / _f32(448.0))
         inv = (_f32(448.0) / amax)
@@ -47,9 +51,11 @@ def reference_e4m3_pow2_false(x, group_tokens, _given=None):
     N_b = (-(-T_ // group_tokens))
     N_r = group_tokens
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = _pad_dim(x.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_h)
-        _t0 = _absmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], xf, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], xf, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
@@ -63,9 +69,11 @@ def reference_e4m3_pow2_true(x, group_tokens, _given=None):
     N_b = (-(-T_ // group_tokens))
     N_r = group_tokens
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = _pad_dim(x.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_h)
-        _t0 = _absmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], xf, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], xf, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
@@ -79,9 +87,11 @@ def reference_e4m3_ue8m0_false(x, group_tokens, _given=None):
     N_b = (-(-T_ // group_tokens))
     N_r = group_tokens
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = _pad_dim(x.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_h)
-        _t0 = _absmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], xf, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], xf, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
@@ -95,9 +105,11 @@ def reference_e4m3_ue8m0_true(x, group_tokens, _given=None):
     N_b = (-(-T_ // group_tokens))
     N_r = group_tokens
     N_h = H
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = _pad_dim(x.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_h)
-        _t0 = _absmax(torch.where(_rows_valid(N_b, N_r, T_)[:, :, None], xf, _f32(0.0)), 1)
+        _t0 = _absmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], xf, _f32(0.0)), 1)
         amax = torch.maximum(_t(_t0), _t(_f32(0.0001)))
         sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
         inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))

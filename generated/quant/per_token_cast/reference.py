@@ -15,7 +15,9 @@ def reference_e4m3_fp32_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -31,7 +33,9 @@ def reference_e4m3_fp32_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -47,7 +51,9 @@ def reference_e4m3_pow2_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -63,7 +69,9 @@ def reference_e4m3_pow2_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -79,7 +87,9 @@ def reference_e4m3_ue8m0_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -95,7 +105,9 @@ def reference_e4m3_ue8m0_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -111,7 +123,9 @@ def reference_e4m3_ue8m0_byte_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -127,7 +141,9 @@ def reference_e4m3_ue8m0_byte_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -143,7 +159,9 @@ def reference_e5m2_fp32_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -159,7 +177,9 @@ def reference_e5m2_fp32_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -175,7 +195,9 @@ def reference_e5m2_pow2_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -191,7 +213,9 @@ def reference_e5m2_pow2_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -207,7 +231,9 @@ def reference_e5m2_ue8m0_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -223,7 +249,9 @@ def reference_e5m2_ue8m0_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -239,7 +267,9 @@ def reference_e5m2_ue8m0_byte_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -255,7 +285,9 @@ def reference_e5m2_ue8m0_byte_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -271,7 +303,9 @@ def reference_e2m1_fp32_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
@@ -287,7 +321,9 @@ def reference_e2m1_fp32_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
@@ -303,7 +339,9 @@ def reference_e2m1_pow2_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
@@ -319,7 +357,9 @@ def reference_e2m1_pow2_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
@@ -335,7 +375,9 @@ def reference_e2m1_ue8m0_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
@@ -351,7 +393,9 @@ def reference_e2m1_ue8m0_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
@@ -367,7 +411,9 @@ def reference_e2m1_ue8m0_byte_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
@@ -383,7 +429,9 @@ def reference_e2m1_ue8m0_byte_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
@@ -399,7 +447,9 @@ def reference_e5m6_fp32_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -415,7 +465,9 @@ def reference_e5m6_fp32_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -431,7 +483,9 @@ def reference_e5m6_pow2_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -447,7 +501,9 @@ def reference_e5m6_pow2_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -463,7 +519,9 @@ def reference_e5m6_ue8m0_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -479,7 +537,9 @@ def reference_e5m6_ue8m0_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -495,7 +555,9 @@ def reference_e5m6_ue8m0_byte_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -511,7 +573,9 @@ def reference_e5m6_ue8m0_byte_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))

@@ -15,7 +15,9 @@ def reference_e4m3_fp32_bf16(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -32,7 +34,9 @@ def reference_e4m3_fp32_fp32(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -49,7 +53,9 @@ def reference_e4m3_pow2_bf16(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -66,7 +72,9 @@ def reference_e4m3_pow2_fp32(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -83,7 +91,9 @@ def reference_e5m2_fp32_bf16(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -100,7 +110,9 @@ def reference_e5m2_fp32_fp32(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -117,7 +129,9 @@ def reference_e5m2_pow2_bf16(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -134,7 +148,9 @@ def reference_e5m2_pow2_fp32(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -151,7 +167,9 @@ def reference_e2m1_fp32_bf16(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
@@ -168,7 +186,9 @@ def reference_e2m1_fp32_fp32(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
@@ -185,7 +205,9 @@ def reference_e2m1_pow2_bf16(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
@@ -202,7 +224,9 @@ def reference_e2m1_pow2_fp32(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
@@ -219,7 +243,9 @@ def reference_e5m6_fp32_bf16(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -236,7 +262,9 @@ def reference_e5m6_fp32_fp32(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -253,7 +281,9 @@ def reference_e5m6_pow2_bf16(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -270,7 +300,9 @@ def reference_e5m6_pow2_fp32(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))

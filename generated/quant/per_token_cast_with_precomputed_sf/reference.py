@@ -15,7 +15,9 @@ def reference_e4m3(x, sf, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = sf.to(torch.float32).reshape(N_t, N_g)
         inv = (_f32(1.0) / _t0)
@@ -29,7 +31,9 @@ def reference_e5m2(x, sf, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = sf.to(torch.float32).reshape(N_t, N_g)
         inv = (_f32(1.0) / _t0)
@@ -43,7 +47,9 @@ def reference_e2m1(x, sf, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = sf.to(torch.float32).reshape(N_t, N_g)
         inv = (_f32(1.0) / _t0)
@@ -57,7 +63,9 @@ def reference_e5m6(x, sf, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = sf.to(torch.float32).reshape(N_t, N_g)
         inv = (_f32(1.0) / _t0)

@@ -14,7 +14,9 @@ def reference_e4m3_fp32(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -28,7 +30,9 @@ def reference_e4m3_pow2(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -42,7 +46,9 @@ def reference_e4m3_ue8m0(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -56,7 +62,9 @@ def reference_e4m3_ue8m0_byte(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -70,7 +78,9 @@ def reference_e5m2_fp32(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -84,7 +94,9 @@ def reference_e5m2_pow2(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -98,7 +110,9 @@ def reference_e5m2_ue8m0(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -112,7 +126,9 @@ def reference_e5m2_ue8m0_byte(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -126,7 +142,9 @@ def reference_e2m1_fp32(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
@@ -140,7 +158,9 @@ def reference_e2m1_pow2(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
@@ -154,7 +174,9 @@ def reference_e2m1_ue8m0(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
@@ -168,7 +190,9 @@ def reference_e2m1_ue8m0_byte(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
@@ -182,7 +206,9 @@ def reference_e5m6_fp32(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -196,7 +222,9 @@ def reference_e5m6_pow2(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -210,7 +238,9 @@ def reference_e5m6_ue8m0(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
@@ -224,7 +254,9 @@ def reference_e5m6_ue8m0_byte(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
         _t0 = _absmax(xf, 2)
         amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))

@@ -15,7 +15,9 @@ def reference_base(x, _given=None):
     N_m = M
     N_i = B
     N_n = N
-    with torch.device(x.device):
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
         out = x.reshape(N_i, N_m, N_n).permute(1, 0, 2)
         return out.permute(1, 2, 0).reshape(B, N, M).clone(memory_format=torch.contiguous_format),
 
