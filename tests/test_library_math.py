@@ -20,15 +20,16 @@ def _wide(n, seed):
 
 
 def test_libm_mirror_is_close_to_float64_exp_and_log():
-    """A sanity check of the mirror itself: within one ulp of the float64 functions, and not identical to
-    them everywhere (else the C library would be correctly rounded and the mirror unnecessary)."""
+    """A sanity check of the mirror itself: within one ulp of the float64 functions, with the same infinities
+    and NaNs. (Whether it also differs somewhere is the C library's business: a correctly rounded libm
+    would make the mirror unnecessary but not wrong.)"""
     x = _wide(1 << 18, 1)
     for mirror, exact, arg in ((libm.expf, torch.exp, x), (libm.logf, torch.log, x.abs())):
         got, want = mirror(arg), exact(arg.double()).float()
         finite = torch.isfinite(want)
         assert torch.equal(torch.isinf(got), torch.isinf(want)) and torch.equal(torch.isnan(got), torch.isnan(want))
         ulp = (got[finite].view(torch.int32).long() - want[finite].view(torch.int32).long()).abs()
-        assert int(ulp.max()) <= 1 and int(ulp.max()) > 0
+        assert int(ulp.max()) <= 1
 
 
 def test_swiglu_kernels_match_their_references_bit_for_bit_on_many_values():
