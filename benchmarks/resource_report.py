@@ -4,7 +4,7 @@
 
 For each op, each workload in its spec and each schedule given (default: the profile's own), lowers the
 kernel, builds a cubin with nvcc (-Xptxas -v) and prints registers per thread, spill stores/loads (bytes),
-local memory per thread and the widest global store. A kernel that spills, or stores byte by byte, is what
+local memory per thread and how outputs are stored (vector types, or `scalar`). A kernel that spills, or stores byte by byte, is what
 to look at first when the GPU says a kernel is far from the copy bandwidth.
 """
 import argparse
@@ -25,14 +25,14 @@ from tkgen.runtime.ops import _dtype_name, check, variant_of  # noqa: E402
 SM = {"sm90": "sm_90a", "sm100": "sm_100a"}
 
 
-def build_report(src: str, sm: str) -> dict:
+def build_report(src: str, sm: str, flags=()) -> dict:
     import tilelang
     tl = tilelang.__path__[0]
     with tempfile.TemporaryDirectory() as tmp:
         cu = Path(tmp) / "k.cu"
         cu.write_text(src)
         r = subprocess.run(["nvcc", "--cubin", "-O3", f"-gencode=arch=compute_{sm[3:]},code={sm}", "-std=c++20",
-                            "-Xptxas", "-v", f"-I{tl}/src", f"-I{tl}/3rdparty/cutlass/include",
+                            "-Xptxas", "-v", *flags, f"-I{tl}/src", f"-I{tl}/3rdparty/cutlass/include",
                             "-o", str(Path(tmp) / "k.cubin"), str(cu)], capture_output=True, text=True)
     if r.returncode:
         return {"error": r.stderr[-300:]}
@@ -43,10 +43,19 @@ def build_report(src: str, sm: str) -> dict:
             "smem": num(r"(\d+) bytes smem")}
 
 
-def widest_store(src: str) -> str:
-    """The widest vector type a global store writes through in the source (a rough guide)."""
-    widths = re.findall(r"\*\((\w+)\*\)\((?:q|out|y|x_grad|\w+) \+", src)
-    return ",".join(sorted(set(widths))) or "scalar"
+def global_stores(src: str) -> str:
+    """How the kernel writes each output (its non-const pointer parameters): the vector types of the
+    global stores, and `scalar` for element-wise ones (byte stores of fp8 codes show up as `q:scalar`)."""
+    sig = re.search(r"__global__ void (?:__launch_bounds__\([^)]*\) )?\w+\(([^)]*)\)", src)
+    outs = [m.group(1) for p in (sig.group(1).split(",") if sig else [])
+            if "const" not in p and "*" in p and (m := re.search(r"(\w+)\s*$", p))]
+    each = []
+    for name in outs:
+        kinds = set(re.findall(rf"\*\((\w+)\*\)\({name} \+[^;]*\) =", src))
+        if re.search(rf"\b{name}\[[^;]*\] =", src):
+            kinds.add("scalar")
+        each.append(f"{name}:{'/'.join(sorted(kinds)) or 'none'}")
+    return " ".join(each)
 
 
 def main():
@@ -73,8 +82,8 @@ def main():
             for sched in [json.loads(s) for s in args.schedule] or [{}]:
                 try:
                     src = lower_source(module, factory, statics, sched)
-                    rep = build_report(src, SM[args.arch])
-                    rep["store"] = widest_store(src)
+                    rep = build_report(src, SM[args.arch], getattr(module, "COMPILE_FLAGS", ()))
+                    rep["stores"] = global_stores(src)
                 except Exception as e:  # noqa: BLE001
                     rep = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
                 print(f"{name} [{wl['name']}] {factory.__name__}{statics} {sched or 'profile'}: {rep}", flush=True)

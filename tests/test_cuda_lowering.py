@@ -33,3 +33,39 @@ def test_counts_take_one_atomic_per_counter_per_block():
         guard = src[:sites[0]].rstrip().splitlines()[-1]
         assert re.search(r"\(\(int\)threadIdx\.x\) / 3\) == 0", guard), guard
         assert src[sites[0]:].startswith("AtomicAdd((&(clamped_count[(((int)threadIdx.x) % 3)]))")
+
+
+def test_fp8_codes_are_stored_16_bytes_at_a_time_through_the_saturating_conversion():
+    """On sm90/sm100 the native e4m3 and e5m2 casts saturate (`satfinite`), so the kernels cast without a
+    clamp; a clamp with its NaN test had made TileLang store codes byte by byte (18% slower on the H200)."""
+    import re
+    for arch in ("sm90", "sm100"):
+        module = importlib.import_module(f"{registry.op_package('per_token_cast').__name__}.kernel_{arch}")
+        for factory in ("build_e4m3_fp32_row", "build_e5m2_fp32_row"):
+            src = lower_source(module, getattr(module, factory), (7168, 128, "bf16"))
+            assert "__NV_SATFINITE" in src, (arch, factory)
+            assert re.search(r"\*\(fp8_e[45]_16_t\*\)\(q \+", src), (arch, factory)    # 16-byte stores
+            assert not re.search(r"\bq\[[^;]*\] =", src), (arch, factory)               # no byte stores
+
+
+def test_a_profile_whose_casts_may_not_saturate_clamps_first(tmp_path):
+    """Without `native_casts_saturate`, a natively stored saturating format is clamped first, and a NaN is
+    led around the clamp (both e4m3 and e5m2 have a NaN code)."""
+    import shutil
+    import yaml
+    from tkgen.generate import render_all
+    from tkgen.model import load_catalog
+    specs = tmp_path / "specs"
+    shutil.copytree(registry.specs_dir(), specs)
+    sm90 = specs / "archs" / "sm90.yaml"
+    doc = yaml.safe_load(sm90.read_text())
+    doc["native_casts_saturate"] = False
+    sm90.write_text(yaml.safe_dump(doc))
+    files = render_all(load_catalog(specs))
+    text = next(v for k, v in files.items() if k.as_posix().endswith("per_token_cast/kernel_sm90.py"))
+    e4m3 = text.split("def build_e4m3_fp32_row(")[1].split("\ndef ")[0]
+    e5m2 = text.split("def build_e5m2_fp32_row(")[1].split("\ndef ")[0]
+    assert all("T.clamp(" in k and "T.isnan(" in k for k in (e4m3, e5m2))
+    default = next(v for k, v in render_all(load_catalog(registry.specs_dir())).items()
+                   if k.as_posix().endswith("per_token_cast/kernel_sm90.py"))
+    assert "T.clamp(" not in default.split("def build_e4m3_fp32_row(")[1].split("\ndef ")[0]

@@ -31,6 +31,7 @@ class ReferencePlan:
     helpers: set = field(default_factory=set)
     rows: "ReferencePlan" = None           # keep_rows: the function giving the rows the kernel writes
     single: bool = False                   # returns one tensor, not a tuple
+    device_of: str = ""                    # the first required input: where the reference computes
 
 
 def _bcast(value_axes, target_axes):
@@ -44,6 +45,10 @@ class _ReferenceLowering:
     def __init__(self, spec, program, variant, catalog):
         self.spec, self.program, self.variant, self.catalog = spec, program, variant, catalog
         self.keep = None             # the kept-rows value, once computed: later row data is masked by it
+
+    def device_of(self):
+        """The input whose device the reference computes on: the first required one (never None)."""
+        return next(n for n, t in self.spec.inputs.items() if not t.optional)
 
     def build(self, name):
         spec, p = self.spec, self.program
@@ -71,7 +76,7 @@ class _ReferenceLowering:
                               f"{'_same' if self.catalog.elements[dt].is_float32 else 'round_' + dt}"
                               for dt in spec.inputs[tname].dtypes)
             binds.append((f"ROUND_{tname}", f"{{{table}}}[{tname}.dtype]"))
-        plan = ReferencePlan(name, args, binds)
+        plan = ReferencePlan(name, args, binds, device_of=self.device_of())
         plan.helpers |= {f"round_{dt}" for t in p.rounds for dt in spec.inputs[t].dtypes
                          if not self.catalog.elements[dt].is_float32}
         if p.keep is not None:
@@ -99,7 +104,7 @@ class _ReferenceLowering:
     def rows_plan(self, name, args, binds):
         """The function giving the rows a kernel writes (keep_rows), from the steps the condition needs."""
         p = self.program
-        need, lines = {p.keep.name}, ReferencePlan(name, args, binds)
+        need, lines = {p.keep.name}, ReferencePlan(name, args, binds, device_of=self.device_of())
         for st in reversed(p.steps[:[s.out.name for s in p.steps].index(p.keep.name) + 1]):
             if st.out.name in need:
                 need |= ir.var_names(st.expr) if isinstance(st, Map) else set()
