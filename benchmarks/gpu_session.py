@@ -113,20 +113,21 @@ def props():
 def props_child(names):
     drawn = json.loads(CASES.read_text())
     for op in names:
-        t, fails = time.time(), []
+        t, fails, cuda_error = time.time(), [], False
         for case in drawn[op]:
             try:
                 C.run_case(op, case, DEVICE)
             except Exception as e:  # noqa: BLE001
                 fails.append(f"{type(e).__name__}: {str(e)[:300]} | replay: {json.dumps(case)[:1500]}")
-                if not isinstance(e, AssertionError) and "CUDA" in str(e):
+                cuda_error = not isinstance(e, AssertionError) and "CUDA" in str(e)
+                if cuda_error:
                     break       # a CUDA error poisons this process: record the op, then die to be restarted
         res = f"{len(drawn[op]) - len(fails)}/{len(drawn[op])} cases pass ({time.time() - t:.0f} s)"
         res += f"; first failure: {fails[0]}" if fails else ""
         print(f"props {op}: {res}", flush=True)
         with open(RESULTS, "a") as f:
             f.write(json.dumps([op, res]) + "\n")
-        if fails and "CUDA" in fails[-1] and not fails[-1].startswith("AssertionError"):
+        if cuda_error:
             os._exit(1)
 
 

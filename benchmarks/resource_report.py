@@ -11,33 +11,23 @@ import argparse
 import importlib
 import json
 import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tkgen import registry  # noqa: E402
-from tkgen.bench import workload_inputs  # noqa: E402
-from tkgen.runtime.compile import lower_source  # noqa: E402
-from tkgen.runtime.ops import _dtype_name, check, variant_of  # noqa: E402
+from tkgen.bench import sized_for, workload_inputs  # noqa: E402
+from tkgen.runtime.compile import lower_source, nvcc_cubin  # noqa: E402
+from tkgen.runtime.ops import check, specialization  # noqa: E402
 
 SM = {"sm90": "sm_90a", "sm100": "sm_100a"}
 
 
 def build_report(src: str, sm: str, flags=()) -> dict:
-    import tilelang
-    tl = tilelang.__path__[0]
-    with tempfile.TemporaryDirectory() as tmp:
-        cu = Path(tmp) / "k.cu"
-        cu.write_text(src)
-        r = subprocess.run(["nvcc", "--cubin", "-O3", f"-gencode=arch=compute_{sm[3:]},code={sm}", "-std=c++20",
-                            "-Xptxas", "-v", *flags, f"-I{tl}/src", f"-I{tl}/3rdparty/cutlass/include",
-                            "-o", str(Path(tmp) / "k.cubin"), str(cu)], capture_output=True, text=True)
+    r = nvcc_cubin(src, sm, flags)
     if r.returncode:
         return {"error": r.stderr[-300:]}
-    text = r.stderr
-    num = lambda pat: int(m.group(1)) if (m := re.search(pat, text)) else 0  # noqa: E731
+    num = lambda pat: int(m.group(1)) if (m := re.search(pat, r.stderr)) else 0  # noqa: E731
     return {"regs": num(r"Used (\d+) registers"), "spill_st": num(r"(\d+) bytes spill stores"),
             "spill_ld": num(r"(\d+) bytes spill loads"), "stack": num(r"(\d+) bytes stack frame"),
             "smem": num(r"(\d+) bytes smem")}
@@ -67,18 +57,16 @@ def main():
     registry.use_generated()
     from tkgen.model import load_catalog
     import torch
-    cat = load_catalog(registry.specs_dir())
+    cat, cpu = load_catalog(registry.specs_dir()), torch.device("cpu")
     for name in args.ops:
         pkg = registry.op_package(name)
         module = importlib.import_module(f"{pkg.__name__}.kernel_{args.arch}")
         for wl in cat.op(name).workloads:
-            wl = dict(wl, dims={k: (min(v, 8) if k == cat.op(name).dynamic_dim else v) for k, v in wl["dims"].items()})
-            sets, params = workload_inputs(pkg, wl, torch.device("cpu"), 1)
-            dims = check(pkg.OP, sets[0], params)
-            statics = tuple(dims[a] for a in pkg.OP.factory_args) + tuple(
-                _dtype_name(sets[0][i.name].dtype) if sets[0][i.name] is not None else i.dtypes[0]
-                for i in pkg.OP.inputs if i.dtype_arg)
-            factory = getattr(module, f"build_{variant_of(pkg.OP, params, sets[0])}")
+            wl = sized_for(cpu, cat.op(name), wl)      # the row count is a runtime size: lowering ignores it
+            sets, params = workload_inputs(pkg, wl, cpu, 1)
+            variant, statics, dtypes = specialization(pkg.OP, sets[0], params, check(pkg.OP, sets[0], params))
+            statics += dtypes
+            factory = getattr(module, f"build_{variant}")
             for sched in [json.loads(s) for s in args.schedule] or [{}]:
                 try:
                     src = lower_source(module, factory, statics, sched)

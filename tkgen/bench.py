@@ -175,7 +175,7 @@ def workload_impls(name, wl, device, against, adapters, copies=None, schedule=No
         copies = max(1, min(16, -(-2 * L2_BYTES // max(nbytes, 1)))) if device.type == "cuda" else 1
     sets = probe + (workload_inputs(pkg, wl, device, copies)[0][1:] if copies > 1 else [])
     present = {f"?{n}": probe[0][n] is not None for n in spec.optional_inputs}
-    impls = {"tkgen": ([prepare(pkg.OP, s, params, schedule=schedule)[0] for s in sets], "")}
+    impls = {"tkgen": ([launch] + [prepare(pkg.OP, s, params, schedule=schedule)[0] for s in sets[1:]], "")}
     ref = ref_mod.VARIANTS[variant_of(pkg.OP, params, probe[0])]
     statics = [params[p.name] for p in pkg.OP.params if not p.structural]
     args_of = lambda s: [s[i.name] for i in pkg.OP.inputs] + statics  # noqa: E731

@@ -53,17 +53,15 @@ def _tune_case(pkg, spec, wl, device, arch):
     """One workload's rotated inputs, params, reference outputs and kernel factory, for `tune`."""
     import importlib
     from .bench import sized_for, workload_inputs
-    from .runtime.ops import _dtype_name, check, variant_of
+    from .runtime.ops import check, specialization
 
     wl = sized_for(device, spec, wl)
     sets, params = workload_inputs(pkg, wl, device, 4 if device.type == "cuda" else 1)
     dims = check(pkg.OP, sets[0], params)
     module = importlib.import_module(f"{pkg.__name__}.kernel_{arch}")
-    statics = tuple(dims[a] for a in pkg.OP.factory_args) + tuple(
-        _dtype_name(sets[0][i.name].dtype) if sets[0][i.name] is not None else i.dtypes[0]
-        for i in pkg.OP.inputs if i.dtype_arg)
-    return dict(name=wl["name"], sets=sets, params=params, module=module, statics=statics,
-                factory=getattr(module, f"build_{variant_of(pkg.OP, params, sets[0])}"))
+    variant, statics, dtypes = specialization(pkg.OP, sets[0], params, dims)
+    return dict(name=wl["name"], sets=sets, params=params, module=module, statics=statics + dtypes,
+                factory=getattr(module, f"build_{variant}"))
 
 
 def _try_candidate(pkg, case, arch, cand, device, reps):

@@ -51,6 +51,21 @@ def lower_source(module, factory, args, schedule=None) -> str:
     return artifact.kernel_source
 
 
+def nvcc_cubin(src: str, sm: str, flags=()):
+    """Build lowered CUDA source into a cubin for `sm` (sm_90a, sm_100a) with nvcc and ptxas' resource
+    report (-Xptxas -v, on stderr). No GPU needed. Returns the completed process."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+    tl = _tilelang().__path__[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        cu = Path(tmp) / "k.cu"
+        cu.write_text(src)
+        return subprocess.run(["nvcc", "--cubin", "-O3", f"-gencode=arch=compute_{sm[3:]},code={sm}", "-std=c++20",
+                               "-Xptxas", "-v", *flags, f"-I{tl}/src", f"-I{tl}/3rdparty/cutlass/include",
+                               "-o", str(Path(tmp) / "k.cubin"), str(cu)], capture_output=True, text=True)
+
+
 def _precompile_one(job):
     module_name, factory_name, args, schedule = job
     import importlib

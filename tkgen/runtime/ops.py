@@ -288,6 +288,14 @@ def kernel_for(op: OpInfo, arch: str, variant: str, static_args: tuple, dtypes: 
     return compile_kernel(module, factory, static_args + dtypes, schedule)
 
 
+def specialization(op: OpInfo, tensors, params, dims):
+    """(variant, factory args, input dtype names): what picks and builds one compiled kernel."""
+    statics = tuple(dims[a] for a in op.factory_args)
+    dtypes = tuple(_dtype_name(tensors[i.name].dtype) if tensors[i.name] is not None else i.dtypes[0]
+                   for i in op.inputs if i.dtype_arg)
+    return variant_of(op, params, tensors), statics, dtypes
+
+
 def prepare(op: OpInfo, tensors, params, arch=None, schedule=None, out=None, dims=None):
     """Everything a launch needs, resolved once: (launch(), outputs). For benchmarks and tuning.
 
@@ -297,10 +305,7 @@ def prepare(op: OpInfo, tensors, params, arch=None, schedule=None, out=None, dim
     outs = tuple(out) if out is not None else allocate(op, tensors, params, dims)
     device = _present(op, tensors)[0].device
     arch = arch or arch_for(device)
-    statics = tuple(dims[a] for a in op.factory_args)
-    dtypes = tuple(_dtype_name(tensors[i.name].dtype) if tensors[i.name] is not None else i.dtypes[0]
-                   for i in op.inputs if i.dtype_arg)
-    kernel, storages = kernel_for(op, arch, variant_of(op, params, tensors), statics, dtypes, schedule)
+    kernel, storages = kernel_for(op, arch, *specialization(op, tensors, params, dims), schedule)
     written = [o for info, o in zip(op.outputs, kernel_buffers(op, params, tensors, outs))
                if written_in(info, tensors, params)]
     views = storage_views(storages, _kernel_inputs(op, tensors) + written)
