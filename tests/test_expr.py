@@ -53,7 +53,12 @@ def test_fold_keeps_only_identities_true_for_every_float():
     assert ir.fold(ir.op("min", ir.op("max", x, ir.op("neg", inf)), inf)) == x
     clamped = ir.op("select", ir.op("or", ir.op("gt", x, inf), ir.op("lt", x, ir.op("neg", inf))), ir.c(0.0), y)
     assert ir.fold(clamped) == y
-    # nothing else changes: x * 1, x + (-0.0), x >= inf and comparisons with finite constants stay
-    for e in (ir.op("mul", x, ir.c(1.0)), ir.op("add", x, ir.c(-0.0)), ir.op("ge", x, inf), ir.op("gt", x, ir.c(0.5)),
-              ir.op("min", x, ir.c(0.5))):
+    # x * 1, x / 1, x + (-0.0) and x - (+0.0) are x for every x, the sign of zero and NaN included
+    for e in (ir.op("mul", x, ir.c(1.0)), ir.op("div", x, ir.c(1.0)), ir.op("add", x, ir.c(-0.0)),
+              ir.op("add", ir.c(-0.0), x), ir.op("sub", x, ir.c(0.0))):
+        assert ir.fold(e) == x
+    # nothing else changes: x + 0.0 (-0.0 + 0.0 is +0.0), x - (-0.0), x * 0.0 (NaN, infinities, the sign),
+    # x >= inf and comparisons with finite constants stay
+    for e in (ir.op("add", x, ir.c(0.0)), ir.op("sub", x, ir.c(-0.0)), ir.op("mul", x, ir.c(0.0)),
+              ir.op("ge", x, inf), ir.op("gt", x, ir.c(0.5)), ir.op("min", x, ir.c(0.5))):
         assert ir.fold(e) == e

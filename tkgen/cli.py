@@ -29,7 +29,7 @@ def cmd_list(args):
 
 
 def cmd_show(args):
-    from .lower_kernel import py_expr
+    from .pyexpr import py_expr
     cat = _catalog(args)
     spec = cat.op(args.op)
     print(f"{spec.name} ({spec.family}) — {spec.path}")

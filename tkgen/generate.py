@@ -17,13 +17,18 @@ from typing import Dict
 
 import jinja2
 
-from . import formats as F
-from .lower_kernel import _KernelLowering, py_expr, topk_key
-from .autograd import plan as autograd_plan
-from .lower_reference import col_pad, lower_reference
 from . import expr as E
+from . import formats as F
+from . import schedule as S
+from .autograd import plan as autograd_plan
+from .lower import lower_program, topk_key
 from .model import binding
+from .print_tilelang import print_factory
+from .print_torch import print_reference
 from .printers import TileLangPrinter, TorchPrinter, function_lines
+from .pyexpr import py_expr
+from .signature import codec as sig_codec
+from .signature import resolve as resolve_sig
 from .stages import build_program
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -49,40 +54,49 @@ def _rel(catalog, path: Path) -> str:
 
 
 def schedule_for(spec, arch) -> dict:
-    """Profile defaults, then the spec's default schedule, then its block for this arch, then tuned data."""
-    sched = {"threads": arch.threads}
-    for layer in (spec.schedule.get("default", {}), spec.schedule.get(arch.name, {}),
-                  arch.tuned.get(spec.name, {})):
-        for k, v in layer.items():
-            sched[k] = {**sched.get(k, {}), **v} if isinstance(v, dict) else v
-    return sched
+    return S.resolve(spec, arch)
 
 
-def kernel_module(catalog, spec, arch, header):
-    plans, helpers = [], set()
-    schedule = schedule_for(spec, arch)
+def naive_modules(catalog, spec):
+    """(variant, program, naive kernel-IR module) of every variant of an op."""
+    out = []
     for variant in spec.variants():
         program = build_program(spec, catalog.elements, catalog.scales, variant)
-        lowering = _KernelLowering(spec.resolved(variant), program, variant, arch, catalog, schedule)
-        plan = lowering.build(f"build_{spec.variant_name(variant)}")
-        plans.append(plan)
-        helpers |= set(plan.helpers)
-    return render("kernel.py.j2", header=header, op=spec.name, arch=arch, kernels=plans, helpers=sorted(helpers),
-                  target=repr(arch.target), pass_configs=repr(dict(sorted(arch.pass_configs.items()))),
-                  compile_flags=repr(list(arch.compile_flags)),
-                  P="T.Parallel" if arch.loops == "parallel" else "T.grid"), helpers
+        out.append((variant, program, lower_program(catalog, spec, variant, program)))
+    return out
 
 
-def reference_module(catalog, spec, header):
-    refs, helpers = [], set()
-    for variant in spec.variants():
-        program = build_program(spec, catalog.elements, catalog.scales, variant)
+def kernel_module(catalog, spec, arch, header, naive=None):
+    factories, helpers = [], set()
+    sched = S.resolve(spec, arch)
+    for variant, program, module in naive or naive_modules(catalog, spec):
+        scheduled = S.apply(module, spec.resolved(variant), program, catalog, arch, sched)
+        lines, used = print_factory(catalog, arch, scheduled, f"build_{spec.variant_name(variant)}")
+        factories.append("\n".join(lines))
+        helpers |= used
+    return render("kernel.py.j2", header=header, op=spec.name, arch=arch, factories=factories,
+                  helpers=sorted(helpers), target=repr(arch.target),
+                  pass_configs=repr(dict(sorted(arch.pass_configs.items()))),
+                  compile_flags=repr(list(arch.compile_flags))), helpers
+
+
+def reference_module(catalog, spec, header, naive=None):
+    functions, variants, rows, helpers = [], [], [], set()
+    for variant, program, module in naive or naive_modules(catalog, spec):
         name = spec.variant_name(variant)
-        plan = lower_reference(spec.resolved(variant), program, variant, catalog, f"reference_{name}")
-        plan.variant = name
-        refs.append(plan)
-        helpers |= plan.helpers
-    return render("reference.py.j2", header=header, op=spec.name, references=refs, helpers=sorted(helpers)), helpers
+        lines, used = print_reference(catalog, spec.resolved(variant), module, f"reference_{name}")
+        functions.append("\n".join(lines))
+        helpers |= used
+        variants.append((name, f"reference_{name}"))
+        if module.keep is not None:
+            lines, used = print_reference(catalog, spec.resolved(variant), module, f"written_rows_{name}",
+                                          rows_only=True)
+            functions.append("\n".join(lines))
+            helpers |= used
+            rows.append((name, f"written_rows_{name}"))
+    return render("reference.py.j2", header=header, op=spec.name, functions=functions, variants=variants,
+                  rows=rows, helpers=sorted(h for h in helpers if h != "order_key") +
+                  (["order_key"] if "order_key" in helpers else [])), helpers
 
 
 def _d(node):
@@ -155,25 +169,17 @@ def op_module(catalog, spec, header):
 
 def output_dtype(catalog, spec, t, variant) -> str:
     """The torch dtype name of an output's container in one variant."""
-    if t.scale_ref or t.format_ref:
-        return codec(catalog, spec, t, variant)["container"]
-    dt = t.dtypes[0]
-    return dt if dt in ("int32", "int64") else catalog.elements[dt].torch_dtype
+    return resolve_sig(catalog, spec, t, variant).container
 
 
 def codec(catalog, spec, t, variant) -> dict:
     """How a tensor declared with a format is held in torch in one variant (see runtime.ops.InputInfo)."""
-    if t.format_ref:
-        fmt = catalog.resolve_format(spec, t.format_ref, variant, "element")
-        num, den = fmt.container_ratio()
-        pk = fmt.pack
-        packet = (pk.codes, pk.codes * num // den) if pk else (1, 1)
-        return dict(kind="element", name=fmt.name, container=fmt.torch_dtype, packet=packet,
-                    pack=pk.key() if pk else None, store="codes")
-    fmt = catalog.resolve_format(spec, t.scale_ref, variant, "scale")
-    pk = fmt.packing
-    return dict(kind="scale", name=fmt.name, container=fmt.torch_dtype, packet=(pk.codes, 1) if pk else (1, 1),
-                pack=pk.key() if pk else None, store=fmt.store)
+    return sig_codec(resolve_sig(catalog, spec, t, variant))
+
+
+def col_pad(catalog, spec, t, variant):
+    """The row padding (in elements) of an output stored column-major in this variant, else None."""
+    return resolve_sig(catalog, spec, t, variant).col_pad
 
 
 def codec_table(catalog, spec, t):

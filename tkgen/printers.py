@@ -1,19 +1,27 @@
 """Print primitive IR as TileLang (inside a prim_func) or as PyTorch (on whole tensors).
 
 The same tree prints both ways, so a kernel and its reference do the same float32 operations in the same
-order. In PyTorch, unsigned 32-bit integers live in int64 tensors and are wrapped after every operation
-that can leave the range.
+order. Memory nodes (axis indices, tile reads, tensor fetches, sizes, scalars, codecs) are printed by the
+context a printer is given: the kernel printer knows tiles and loops, the reference printer whole tensors.
+
+TVM's simplifier rewrites some float expressions in ways IEEE arithmetic does not allow: `x + 0.0` to `x`
+(wrong for -0.0), `x * 0.0` to `0.0` (wrong for NaN, infinities and negative x), `x - x` and `(x + y) - y`
+to `0.0` and `x` (wrong for infinities and NaN), `x == x` to true. The TileLang printer therefore prints
+float zeros that are operands of arithmetic as an opaque bit pattern, cancelling differences through IEEE
+intrinsics, and a self-comparison as the NaN test it means, so the kernel computes what the tree says. In
+PyTorch, unsigned 32-bit integers live in int64 tensors and are wrapped after every operation that can
+leave the range; signed 32-bit values likewise.
 """
 from __future__ import annotations
 
-from typing import Callable
-
 from . import ir
-from .ir import BOOL, F32, I32, U32
+from .ir import BOOL, F32, F64, I32, I64, U32
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
           "gt": ">", "ge": ">=", "shl": "<<", "shr": ">>", "bitand": "&", "bitor": "|", "bitxor": "^",
           "and": "&", "or": "|"}
+_TL_DTYPE = {F32: "float32", F64: "float64", I32: "int32", I64: "int64", U32: "uint32", BOOL: "bool"}
+_ARITH_FLOAT = {"add", "sub", "mul", "div"}
 
 
 def _float_literal(v: float) -> str:
@@ -26,42 +34,79 @@ def _float_literal(v: float) -> str:
 
 def _c_exact(v: float) -> bool:
     """Whether a float32 constant survives TVM's C code generator, which prints 7 significant digits."""
-    import struct
     if v != v or v in (float("inf"), float("-inf")):
         return True
-    f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]  # noqa: E731
-    return f32(float(f"{v:.6e}")) == f32(v)
+    return ir.f32_bits(float(f"{v:.6e}")) == ir.f32_bits(v)
+
+
+def tl_dtype(dtype: str) -> str:
+    return _TL_DTYPE[dtype]
+
+
+class _NoMemory:
+    """Context of helper functions (codecs): only their own variables."""
+
+    def __getattr__(self, name):
+        def fail(node, *args):
+            raise TypeError(f"{type(node).__name__} outside a kernel or reference context")
+        return fail
 
 
 class TileLangPrinter:
-    """PrimExpr source for tilelang.language as T. `var` maps an IR Var to its source (a tile element)."""
+    """PrimExpr source for tilelang.language as T. `ctx` prints the memory nodes (see the module doc)."""
 
-    def __init__(self, var: Callable[[ir.Var], str] = lambda v: v.name):
-        self.var = var
+    def __init__(self, ctx=None):
+        self.ctx = ctx or _NoMemory()
+
+    def const(self, e: ir.Const, opaque=False) -> str:
+        if e.dtype == F32:
+            if opaque or not _c_exact(e.value):
+                # the bit pattern: the C source would round the constant, or TVM would fold the operation
+                return f'T.reinterpret(T.uint32({hex(ir.f32_bits(e.value))}), "float32")'
+            return f"T.float32({_float_literal(e.value)})"
+        if e.dtype == U32:
+            return f"T.uint32({hex(e.value) if e.value > 255 else e.value})"
+        if e.dtype == I32:
+            return f"T.int32({e.value})"
+        if e.dtype == I64:
+            return f"T.int64({e.value})"
+        if e.dtype == F64:
+            return f"T.float64({_float_literal(e.value)})"
+        return "True" if e.value else "False"
 
     def __call__(self, e: ir.Expr) -> str:
         if isinstance(e, ir.Const):
-            if e.dtype == F32:
-                if not _c_exact(e.value):     # the bit pattern, or the C source would round the constant
-                    import struct
-                    bits = struct.unpack("<I", struct.pack("<f", e.value))[0]
-                    return f'T.reinterpret(T.uint32({hex(bits)}), "float32")'
-                return f"T.float32({_float_literal(e.value)})"
-            if e.dtype == U32:
-                return f"T.uint32({hex(e.value) if e.value > 255 else e.value})"
-            if e.dtype == I32:
-                return f"T.int32({e.value})"
-            return "True" if e.value else "False"
+            return self.const(e)
         if isinstance(e, ir.Var):
-            return self.var(e)
+            return e.name
         if isinstance(e, ir.Call):
             return f"{e.fn}({', '.join(self(a) for a in e.args)})"
-        a = [self(x) for x in e.args]
+        if isinstance(e, ir.Choose):
+            return _choose(self, e)
+        if not isinstance(e, ir.Op):
+            return self.ctx.node(e, self)
+        return self.op(e)
+
+    def operand(self, e: ir.Expr, parent: ir.Op) -> str:
+        if isinstance(e, ir.Const) and e.dtype == F32 and e.value == 0.0 and parent.op in _ARITH_FLOAT:
+            return self.const(e, opaque=True)
+        return self(e)
+
+    def op(self, e: ir.Op) -> str:
         o = e.op
+        a = [self.operand(x, e) for x in e.args]
+        if o in ("add", "sub") and e.dtype == F32 and _cancels(e):
+            return f'T.ieee_{o}({a[0]}, {a[1]}, "rn")'
+        if o in ("eq", "ne") and e.args[0].dtype == F32 and e.args[0] == e.args[1]:
+            return f"T.Not(T.isnan({a[0]}))" if o == "eq" else f"T.isnan({a[0]})"
         if o in _INFIX:
             return f"({a[0]} {_INFIX[o]} {a[1]})"
         if o in ("max", "min"):
             return f"T.{o}({a[0]}, {a[1]})"
+        if o == "floordiv":
+            return f"T.floordiv({a[0]}, {a[1]})"
+        if o == "floormod":
+            return f"T.floormod({a[0]}, {a[1]})"
         if o == "neg":
             return f"(-{a[0]})"
         if o == "not":
@@ -70,44 +115,72 @@ class TileLangPrinter:
             return f"T.isnan({a[0]})"
         if o == "select":
             return f"T.Select({a[0]}, {a[1]}, {a[2]})"
-        if o in ("exp", "log", "sqrt", "rsqrt"):
+        if o == "fma":
+            return f"T.fma({a[0]}, {a[1]}, {a[2]})"
+        if o in ("exp", "log", "log1p", "sqrt", "rsqrt"):
             return f"T.{o}({a[0]})"
         if o == "bits":
             return f'T.reinterpret({a[0]}, "uint32")'
         if o == "from_bits":
             return f'T.reinterpret({a[0]}, "float32")'
+        # reinterpret, not cast: TVM's bound analysis takes a cast for a value-preserving conversion (a
+        # u32 cast to i32 "is never negative"); constants are folded first (TVM cannot reinterpret one in C)
         if o == "u32_to_i32":
             return f'T.reinterpret({a[0]}, "int32")'
         if o == "i32_to_u32":
             return f'T.reinterpret({a[0]}, "uint32")'
-        if o in ("to_f32", "to_i32", "to_u32"):
-            return f'T.cast({a[0]}, "{ {"to_f32": "float32", "to_i32": "int32", "to_u32": "uint32"}[o]}")'
+        if o.startswith("to_"):
+            return f'T.cast({a[0]}, "{tl_dtype(e.dtype)}")'
         raise KeyError(o)
 
 
-class TorchPrinter:
-    """Tensor-expression source for PyTorch. u32 values are int64 tensors in [0, 2^32)."""
+def _cancels(e: ir.Op) -> bool:
+    """Whether TVM would cancel this float add or sub: x - x, (x + y) - y, (x + y) - x."""
+    a, b = e.args
+    if e.op == "sub" and a == b:
+        return True
+    return e.op == "sub" and isinstance(a, ir.Op) and a.op == "add" and b in a.args
 
-    def __init__(self, var: Callable[[ir.Var], str] = lambda v: v.name):
-        self.var = var
+
+def _choose(printer, e: ir.Choose) -> str:
+    """A conditional on a structural param, resolved when the factory (or reference) specializes."""
+    out = printer(e.cases[-1][1])
+    for value, sub in reversed(e.cases[:-1]):
+        out = f"({printer(sub)} if {e.param} == {value!r} else {out})"
+    return out
+
+
+class TorchPrinter:
+    """Tensor-expression source for PyTorch. u32 and i32 values are int64 tensors (wrapped to their range)."""
+
+    def __init__(self, ctx=None):
+        self.ctx = ctx or _NoMemory()
 
     def __call__(self, e: ir.Expr) -> str:
         if isinstance(e, ir.Const):
-            if e.dtype == F32:
-                return f"_f32({_float_literal(e.value)})"
+            if e.dtype in (F32, F64):
+                return f"_f32({_float_literal(e.value)})" if e.dtype == F32 else f"_f64({_float_literal(e.value)})"
             if e.dtype == BOOL:
                 return "True" if e.value else "False"
             return hex(e.value) if e.value > 255 else str(e.value)
         if isinstance(e, ir.Var):
-            return self.var(e)
+            return e.name
         if isinstance(e, ir.Call):
             return f"{e.fn}({', '.join(self(a) for a in e.args)})"
+        if isinstance(e, ir.Choose):
+            return _choose(self, e)
+        if not isinstance(e, ir.Op):
+            return self.ctx.node(e, self)
         a = [self(x) for x in e.args]
         o, dt = e.op, e.dtype
         if o in ("add", "sub", "mul", "shl") and dt == U32:
             return f"(({a[0]} {_INFIX[o]} {a[1]}) & 0xFFFFFFFF)"
         if o in ("add", "sub", "mul", "shl") and dt == I32:
             return f"_wrap_i32({a[0]} {_INFIX[o]} {a[1]})"
+        if o == "floordiv":
+            return f"torch.div(_t({a[0]}), _t({a[1]}), rounding_mode='floor')"
+        if o == "floormod":
+            return f"torch.remainder(_t({a[0]}), _t({a[1]}))"
         if o in _INFIX:
             return f"({a[0]} {_INFIX[o]} {a[1]})"
         if o in ("max", "min"):
@@ -120,7 +193,9 @@ class TorchPrinter:
             return f"torch.isnan({a[0]})"
         if o == "select":
             return f"torch.where({a[0]}, {a[1]}, {a[2]})"
-        if o in ("exp", "log", "rsqrt"):
+        if o == "fma":
+            return f"_fma({a[0]}, {a[1]}, {a[2]})"
+        if o in ("exp", "log", "log1p", "rsqrt"):
             return f"_{o}({a[0]})"          # mirrors the target's math library (torch_prims)
         if o == "sqrt":
             return f"torch.sqrt({a[0]})"
@@ -134,8 +209,14 @@ class TorchPrinter:
             return f"({a[0]} & 0xFFFFFFFF)"
         if o == "to_f32":
             return f"_t({a[0]}).to(torch.float32)"
-        if o in ("to_i32", "to_u32"):
-            return f"_t({a[0]}).to(torch.int64)"
+        if o == "to_f64":
+            return f"_t({a[0]}).to(torch.float64)"
+        if o == "to_i32":
+            return f"_wrap_i32(_trunc({a[0]}))"
+        if o == "to_u32":
+            return f"(_trunc({a[0]}) & 0xFFFFFFFF)"
+        if o == "to_i64":
+            return f"_trunc({a[0]})"
         raise KeyError(o)
 
 

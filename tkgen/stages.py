@@ -7,7 +7,7 @@ expressions broadcast over axes, reductions remove one, top-k replaces one. Elem
 primitive IR (ir.py), so the kernel and the reference print the same arithmetic.
 
 Adding a capability means adding a function here (its type rule and its expansion), plus its lowering in
-lower_kernel.py and lower_reference.py: never raw TileLang inside a spec.
+lower.py (its kernel IR): never raw TileLang inside a spec.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The CPU's own math library, for references: the C kernels call libm's `expf` and `logf`, so a reference
+"""The CPU's own math library, for references: the C kernels call libm's `expf`, `logf` and `log1pf`, so a reference
 that calls the same functions rounds exactly as they do (libm's float32 functions are not correctly rounded,
 so no other implementation agrees on every input: torch's vectorised exp differs on ~1% of inputs, a
 float64 exp rounded to float32 on ~0.08%).
@@ -26,6 +26,7 @@ _SOURCE = """
 #include <math.h>
 void tkgen_expf(const float *x, float *y, long n) { for (long i = 0; i < n; ++i) y[i] = expf(x[i]); }
 void tkgen_logf(const float *x, float *y, long n) { for (long i = 0; i < n; ++i) y[i] = logf(x[i]); }
+void tkgen_log1pf(const float *x, float *y, long n) { for (long i = 0; i < n; ++i) y[i] = log1pf(x[i]); }
 """
 _FLAGS = ["-O2", "-fno-fast-math", "-ffp-contract=off", "-shared", "-fPIC"]
 
@@ -62,7 +63,7 @@ def _library() -> ctypes.CDLL:
                 raise RuntimeError(f"building tkgen's libm mirror failed:\n{r.stderr}")
             os.replace(out, lib)
     dll = ctypes.CDLL(str(lib))
-    for fn in (dll.tkgen_expf, dll.tkgen_logf):
+    for fn in (dll.tkgen_expf, dll.tkgen_logf, dll.tkgen_log1pf):
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
         fn.restype = None
     return dll
@@ -86,3 +87,8 @@ def expf(x: torch.Tensor) -> torch.Tensor:
 def logf(x: torch.Tensor) -> torch.Tensor:
     """libm's logf of each element of a CPU tensor, as float32."""
     return _apply("tkgen_logf", x)
+
+
+def log1pf(x: torch.Tensor) -> torch.Tensor:
+    """libm's log1pf of each element of a CPU tensor, as float32."""
+    return _apply("tkgen_log1pf", x)

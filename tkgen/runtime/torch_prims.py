@@ -9,9 +9,10 @@ import torch
 
 from . import libm
 
-__all__ = ["torch", "_f32", "_t", "_bits", "_from_bits", "_wrap_i32", "_absmax", "_nanmax", "_nanmin", "_exponent_byte",
-           "_pack_codes", "_unpack_codes", "_codes_as", "_codes_of", "_col_major", "_pad_dim", "_rows_valid",
-           "_kept", "_gather_at", "_add_at", "_count", "_exp", "_log", "_rsqrt", "_same"]
+__all__ = ["torch", "_f32", "_f64", "_t", "_bits", "_from_bits", "_wrap_i32", "_absmax", "_nanmax", "_nanmin", "_sum",
+           "_codes_as", "_codes_of", "_exp", "_log", "_log1p", "_rsqrt", "_same", "_fma", "_trunc",
+           "_ix", "_fit", "_view", "_store_view", "_gather", "_take", "_scatter", "_pack_codes",
+           "_unpack_codes"]
 
 
 def _f32(value: float) -> torch.Tensor:
@@ -55,11 +56,8 @@ def _nanmin(x: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.where(torch.isnan(x), torch.inf, x).amin(dim=dim) if x.is_floating_point() else x.amin(dim=dim)
 
 
-def _exponent_byte(sf: torch.Tensor) -> torch.Tensor:
-    """The biased exponent of power-of-two float32 scales (UE8M0 bytes), as int64."""
-    return (_bits(sf) >> 23) & 0xFF
-
-
+# packing along the last dim, in torch (inputs drawn by the strategies; an independent check of the
+# kernels' packing)
 def _packing(key):
     from tkgen.formats import Packing
     return Packing(*key)
@@ -114,49 +112,6 @@ def _codes_as(codes: torch.Tensor, storage: torch.dtype, container: torch.dtype)
     return as_int.view(container)
 
 
-def _pad_dim(x: torch.Tensor, dim: int, size: int) -> torch.Tensor:
-    """`x` with dim `dim` zero-padded at the end to `size` (rows of a partial last row block)."""
-    if x.shape[dim] == size:
-        return x
-    pad = list(x.shape)
-    pad[dim] = size - x.shape[dim]
-    return torch.cat([x, torch.zeros(pad, dtype=x.dtype, device=x.device)], dim=dim)
-
-
-def _rows_valid(blocks: int, rows: int, size: int, device=None) -> torch.Tensor:
-    """(blocks, rows) booleans: whether row `r` of row block `b` is below the dynamic size."""
-    return (torch.arange(blocks * rows, device=device) < size).reshape(blocks, rows)
-
-
-def _kept(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """`x` where the row is kept (keep_rows), 0 elsewhere: the kernel neither reads nor writes such rows."""
-    return torch.where(keep, x, torch.zeros((), dtype=x.dtype))
-
-
-def _gather_at(flat: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """flat[pos] where 0 <= pos < numel, else 0 (an input addressed `at:` positions)."""
-    ok = (pos >= 0) & (pos < flat.numel())
-    if not flat.numel():
-        return torch.zeros(pos.shape, dtype=flat.dtype, device=pos.device)
-    return torch.where(ok, flat[torch.where(ok, pos, 0)], torch.zeros((), dtype=flat.dtype))
-
-
-def _add_at(values: torch.Tensor, pos: torch.Tensor, shape, keep=None) -> torch.Tensor:
-    """A zero tensor of `shape` with each value added at its flat position, where 0 <= pos < numel (and the
-    row is kept): an output addressed `at:` positions. Positions may repeat."""
-    out = torch.zeros(shape, dtype=values.dtype, device=values.device).reshape(-1)
-    ok = (pos >= 0) & (pos < out.numel())
-    if keep is not None:
-        ok &= keep
-    values, pos = torch.broadcast_tensors(values, pos)
-    return out.index_add_(0, pos[ok], values[ok]).reshape(shape)
-
-
-def _count(cond: torch.Tensor, shape) -> torch.Tensor:
-    """How many elements of `shape` a condition holds at (broadcast over the axes it does not vary over)."""
-    return torch.broadcast_to(cond, shape).sum()
-
-
 # Library math: the functions the kernels of the inputs' device call. On the CPU, TileLang's C backend calls
 # libm's expf/logf, which no other implementation matches on every input, so the reference calls them too
 # (runtime/libm.py), and it prints rsqrt as 1.0f / sqrtf(x), two correctly rounded operations. On CUDA the
@@ -178,10 +133,143 @@ def _same(x):
     return x
 
 
-def _col_major(x: torch.Tensor, pad: int) -> torch.Tensor:
-    """A [rows, cols] tensor in the column-major layout: stored as [cols, rows padded to `pad`], returned as
-    the [rows, cols] view with strides (1, padded rows). The padding is zero here; kernels leave it alone."""
-    from .layouts import col_major_empty
-    out = col_major_empty(x.shape, pad, x.dtype, x.device)
-    out.copy_(x)
+def _log1p(x: torch.Tensor) -> torch.Tensor:
+    return torch.log1p(x) if x.is_cuda else libm.log1pf(x)
+
+
+def _f64(value: float) -> torch.Tensor:
+    return torch.tensor(value, dtype=torch.float64)
+
+
+def _sum(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return x.sum(dim=dim)
+
+
+def _trunc(x) -> torch.Tensor:
+    """Toward zero, as int64 (C's float-to-integer conversion); integers as they are."""
+    x = _t(x)
+    return x.trunc().to(torch.int64) if x.is_floating_point() else x
+
+
+def _fma(a, b, c) -> torch.Tensor:
+    """a * b + c with one rounding (float32). The product is exact in float64; the sum is rounded to odd
+    there (53 bits, more than 2 * 24 + 2), so that rounding it to float32 rounds once, correctly."""
+    a, b, c = (_t(v).to(torch.float64) for v in (a, b, c))
+    p = a * b
+    s = p + c
+    # TwoSum: the exact error of s; where it is not zero and s is even, step s toward it (round to odd)
+    bb = s - p
+    err = (p - (s - bb)) + (c - bb)
+    bits = s.view(torch.int64)
+    odd = (bits & 1) == 1
+    step = torch.where((err > 0) == (s > 0), 1, -1)
+    fix = (err != 0) & ~odd & torch.isfinite(s)
+    s = torch.where(fix, (bits + step).view(torch.float64), s)
+    return s.to(torch.float32)
+
+
+# -- whole-tensor statements of generated references ------------------------------------------------------
+def _ix(n: int, pos: int, ndim: int, device) -> torch.Tensor:
+    """The indices of one axis of a statement over `ndim` axes, at dim `pos` (broadcast over the others)."""
+    shape = [1] * ndim
+    shape[pos] = n
+    return torch.arange(n, dtype=torch.int64, device=device).reshape(shape)
+
+
+def _fit(v, shape) -> torch.Tensor:
+    """A statement's value over its whole index space (constants and values that vary over fewer axes
+    are broadcast)."""
+    return torch.broadcast_to(_t(v), tuple(shape))
+
+
+def _region(x: torch.Tensor, sizes) -> torch.Tensor:
+    """The leading `sizes` of each dim of `x`: zero-padded past its end (rows of a partial last row block),
+    or cut short (the padding of a column-major layout)."""
+    if all(s == d for s, d in zip(sizes, x.shape)):
+        return x
+    out = torch.zeros(tuple(sizes), dtype=x.dtype, device=x.device)
+    common = tuple(slice(0, min(s, d)) for s, d in zip(sizes, x.shape))
+    out[common] = x[common]
     return out
+
+
+def _arrange(t: torch.Tensor, have, want) -> torch.Tensor:
+    """A tensor whose dims are the axes `have`, as one over the axes `want` (permuted; size 1 where it does
+    not vary)."""
+    order = [have.index(a) for a in want if a in have]
+    if len(order) != len(have):
+        raise ValueError(f"axes {have} do not fit a statement over {want}")
+    if order != sorted(order):
+        t = t.permute(order)
+    present = [a for a in want if a in have]
+    return t.reshape([t.shape[present.index(a)] if a in have else 1 for a in want])
+
+
+def _view(x: torch.Tensor, sizes, flat, fixed, have, want) -> torch.Tensor:
+    """A tensor read through its view: storage dims (zero-padded to `sizes`) split into one dim per axis
+    (`flat`), the dims of `fixed` (dim, index) pinned, arranged for a statement over `want`."""
+    v = _region(x, sizes).reshape(tuple(flat))
+    for dim, index in reversed(fixed):
+        v = v.select(dim, index)
+    return _arrange(v, tuple(have), tuple(want))
+
+
+def _as_bits(t: torch.Tensor) -> torch.Tensor:
+    """Elements as integers of the same width (where and index_put move them bit for bit)."""
+    if not t.is_floating_point() or t.dtype in (torch.float32, torch.float64):
+        return t
+    return t.view({1: torch.int8, 2: torch.int16}[t.element_size()])
+
+
+def _store_view(out: torch.Tensor, sizes, flat, have, axes, value, guard, accumulate) -> None:
+    """Write (or add) a statement's value over `axes` into `out` through its view, where `guard` holds;
+    elements past the tensor's end (a partial row block) are dropped, and what lies past the view (the
+    padding of a column-major layout) is left alone."""
+    region = _region(out, sizes)
+    padded = region if region is not out else out.contiguous()
+    view = padded.reshape(tuple(flat))
+    v = _arrange(_t(value).to(out.dtype) if not accumulate else _t(value), tuple(axes), tuple(have)).expand(view.shape)
+    g = None if guard is None else _arrange(_t(guard), tuple(axes), tuple(have)).expand(view.shape)
+    if accumulate:
+        view += v if g is None else torch.where(g, v, torch.zeros((), dtype=v.dtype))
+    else:
+        target = _as_bits(view)
+        target.copy_(_as_bits(v) if g is None else torch.where(g, _as_bits(v), target))
+    if padded is not out:
+        common = tuple(slice(0, min(s, d)) for s, d in zip(sizes, out.shape))
+        out[common] = padded[common]
+
+
+def _gather(x: torch.Tensor, idx, guard) -> torch.Tensor:
+    """x[idx] elementwise (index tensors broadcast); where `guard` is false the index is not used and the
+    element is x's zero."""
+    idx = [_t(i) for i in idx]
+    shape = torch.broadcast_shapes(*[i.shape for i in idx], *(() if guard is None else (_t(guard).shape,)))
+    idx = [torch.broadcast_to(i, shape) for i in idx]
+    if guard is None:
+        return x[tuple(idx)]
+    ok = torch.broadcast_to(_t(guard), shape)
+    if not x.numel():
+        return torch.zeros(shape, dtype=x.dtype, device=x.device)
+    got = x[tuple(torch.where(ok, i, 0) for i in idx)]
+    return torch.where(ok, _as_bits(got), torch.zeros((), dtype=_as_bits(got).dtype)).view(x.dtype)
+
+
+_take = _gather
+
+
+def _scatter(out: torch.Tensor, idx, value, guard, accumulate) -> None:
+    """out[idx] = value (or += for `accumulate`, where positions may repeat) where `guard` holds."""
+    idx = [_t(i) for i in idx]
+    value = _t(value)
+    parts = [*idx, value] + ([] if guard is None else [_t(guard)])
+    shape = torch.broadcast_shapes(*[p.shape for p in parts])
+    idx = [torch.broadcast_to(i, shape) for i in idx]
+    value = torch.broadcast_to(value, shape)
+    ok = torch.ones(shape, dtype=torch.bool, device=out.device) if guard is None else \
+        torch.broadcast_to(_t(guard), shape)
+    sel = tuple(i[ok] for i in idx)
+    if accumulate:
+        out.index_put_(sel, value[ok].to(out.dtype), accumulate=True)
+    else:
+        _as_bits(out).index_put_(sel, _as_bits(value.to(out.dtype))[ok])

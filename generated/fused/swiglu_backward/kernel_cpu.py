@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 TARGET = 'c'
@@ -18,7 +18,6 @@ COMPILE_FLAGS = ['-O2', '-ffp-contract=off']
 
 def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
     N_t = T_
     N_s = 2
     N_h = H
@@ -26,9 +25,8 @@ def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -38,42 +36,41 @@ def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            sg = T.alloc_local((B_t, B_h), "float32")
-            gws = T.alloc_local((B_t, B_h), "float32")
-            da = T.alloc_local((B_t, B_h), "float32")
-            db = T.alloc_local((B_t, B_h), "float32")
-            ga = T.alloc_local((B_t, B_h), "float32")
-            sa = T.alloc_local((B_t,), "float32")
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            sg = T.alloc_local((B_t, B_h), 'float32')
+            gws = T.alloc_local((B_t, B_h), 'float32')
+            da = T.alloc_local((B_t, B_h), 'float32')
+            db = T.alloc_local((B_t, B_h), 'float32')
+            ga = T.alloc_local((B_t, B_h), 'float32')
+            sa = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
                 da[i_t, i_h] = ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
                 db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
 
 
 def build_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
     N_t = T_
     N_s = 2
     N_h = H
@@ -81,9 +78,8 @@ def build_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, blo
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -93,51 +89,50 @@ def build_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, blo
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            za = T.alloc_local((B_t, B_h), "bool")
-            zb = T.alloc_local((B_t, B_h), "bool")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            sg = T.alloc_local((B_t, B_h), "float32")
-            gws = T.alloc_local((B_t, B_h), "float32")
-            da = T.alloc_local((B_t, B_h), "float32")
-            db = T.alloc_local((B_t, B_h), "float32")
-            ga = T.alloc_local((B_t, B_h), "float32")
-            sa = T.alloc_local((B_t,), "float32")
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            za = T.alloc_local((B_t, B_h), 'bool')
+            zb = T.alloc_local((B_t, B_h), 'bool')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            sg = T.alloc_local((B_t, B_h), 'float32')
+            gws = T.alloc_local((B_t, B_h), 'float32')
+            da = T.alloc_local((B_t, B_h), 'float32')
+            db = T.alloc_local((B_t, B_h), 'float32')
+            ga = T.alloc_local((B_t, B_h), 'float32')
+            sa = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 za[i_t, i_h] = (a0[i_t, i_h] > T.float32(clamp))
                 zb[i_t, i_h] = ((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp))))
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
 
 
 def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
     N_t = T_
     N_s = 2
     N_h = H
@@ -145,10 +140,8 @@ def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, thread
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -159,48 +152,47 @@ def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, thread
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            pad = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            sg = T.alloc_local((B_t, B_h), "float32")
-            gws = T.alloc_local((B_t, B_h), "float32")
-            da = T.alloc_local((B_t, B_h), "float32")
-            db = T.alloc_local((B_t, B_h), "float32")
-            ga = T.alloc_local((B_t, B_h), "float32")
-            sa = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            pad = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            sg = T.alloc_local((B_t, B_h), 'float32')
+            gws = T.alloc_local((B_t, B_h), 'float32')
+            da = T.alloc_local((B_t, B_h), 'float32')
+            db = T.alloc_local((B_t, B_h), 'float32')
+            ga = T.alloc_local((B_t, B_h), 'float32')
+            sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = (_t0[i_t] < T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor))))
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor)))
 
     return kernel
 
 
 def build_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
     N_t = T_
     N_s = 2
     N_h = H
@@ -208,10 +200,8 @@ def build_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -222,50 +212,50 @@ def build_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            pad = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            za = T.alloc_local((B_t, B_h), "bool")
-            zb = T.alloc_local((B_t, B_h), "bool")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            sg = T.alloc_local((B_t, B_h), "float32")
-            gws = T.alloc_local((B_t, B_h), "float32")
-            da = T.alloc_local((B_t, B_h), "float32")
-            db = T.alloc_local((B_t, B_h), "float32")
-            ga = T.alloc_local((B_t, B_h), "float32")
-            sa = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            pad = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            za = T.alloc_local((B_t, B_h), 'bool')
+            zb = T.alloc_local((B_t, B_h), 'bool')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            sg = T.alloc_local((B_t, B_h), 'float32')
+            gws = T.alloc_local((B_t, B_h), 'float32')
+            da = T.alloc_local((B_t, B_h), 'float32')
+            db = T.alloc_local((B_t, B_h), 'float32')
+            ga = T.alloc_local((B_t, B_h), 'float32')
+            sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = (_t0[i_t] < T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor))))
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor)))
 
     return kernel
 
@@ -281,11 +271,8 @@ def build_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, cla
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -298,47 +285,46 @@ def build_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, cla
         topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            pad = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            tw = T.alloc_local((B_t,), "float32")
-            sg = T.alloc_local((B_t, B_h), "float32")
-            gws = T.alloc_local((B_t, B_h), "float32")
-            da = T.alloc_local((B_t, B_h), "float32")
-            db = T.alloc_local((B_t, B_h), "float32")
-            ga = T.alloc_local((B_t, B_h), "float32")
-            sa = T.alloc_local((B_t,), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            pad = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            tw = T.alloc_local((B_t,), 'float32')
+            sg = T.alloc_local((B_t, B_h), 'float32')
+            gws = T.alloc_local((B_t, B_h), 'float32')
+            da = T.alloc_local((B_t, B_h), 'float32')
+            db = T.alloc_local((B_t, B_h), 'float32')
+            ga = T.alloc_local((B_t, B_h), 'float32')
+            sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = (_t1[i_t] < T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((T.float32(1.0) * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights_grad):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))))
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
 
     return kernel
 
@@ -354,11 +340,8 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -371,56 +354,55 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
         topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            pad = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            za = T.alloc_local((B_t, B_h), "bool")
-            zb = T.alloc_local((B_t, B_h), "bool")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            tw = T.alloc_local((B_t,), "float32")
-            sg = T.alloc_local((B_t, B_h), "float32")
-            gws = T.alloc_local((B_t, B_h), "float32")
-            da = T.alloc_local((B_t, B_h), "float32")
-            db = T.alloc_local((B_t, B_h), "float32")
-            ga = T.alloc_local((B_t, B_h), "float32")
-            sa = T.alloc_local((B_t,), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            pad = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            za = T.alloc_local((B_t, B_h), 'bool')
+            zb = T.alloc_local((B_t, B_h), 'bool')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            tw = T.alloc_local((B_t,), 'float32')
+            sg = T.alloc_local((B_t, B_h), 'float32')
+            gws = T.alloc_local((B_t, B_h), 'float32')
+            da = T.alloc_local((B_t, B_h), 'float32')
+            db = T.alloc_local((B_t, B_h), 'float32')
+            ga = T.alloc_local((B_t, B_h), 'float32')
+            sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = (_t1[i_t] < T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((T.float32(1.0) * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights_grad):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))))
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
 
     return kernel
 
@@ -436,12 +418,8 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -455,50 +433,49 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_
         topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            pad = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            tw = T.alloc_local((B_t,), "float32")
-            sg = T.alloc_local((B_t, B_h), "float32")
-            gws = T.alloc_local((B_t, B_h), "float32")
-            da = T.alloc_local((B_t, B_h), "float32")
-            db = T.alloc_local((B_t, B_h), "float32")
-            ga = T.alloc_local((B_t, B_h), "float32")
-            sa = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            pad = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            tw = T.alloc_local((B_t,), 'float32')
+            sg = T.alloc_local((B_t, B_h), 'float32')
+            gws = T.alloc_local((B_t, B_h), 'float32')
+            da = T.alloc_local((B_t, B_h), 'float32')
+            db = T.alloc_local((B_t, B_h), 'float32')
+            ga = T.alloc_local((B_t, B_h), 'float32')
+            sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((T.float32(1.0) * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights_grad):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))))
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
 
     return kernel
 
@@ -514,12 +491,8 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -533,66 +506,64 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
         topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            pad = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            za = T.alloc_local((B_t, B_h), "bool")
-            zb = T.alloc_local((B_t, B_h), "bool")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            tw = T.alloc_local((B_t,), "float32")
-            sg = T.alloc_local((B_t, B_h), "float32")
-            gws = T.alloc_local((B_t, B_h), "float32")
-            da = T.alloc_local((B_t, B_h), "float32")
-            db = T.alloc_local((B_t, B_h), "float32")
-            ga = T.alloc_local((B_t, B_h), "float32")
-            sa = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            pad = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            za = T.alloc_local((B_t, B_h), 'bool')
+            zb = T.alloc_local((B_t, B_h), 'bool')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            tw = T.alloc_local((B_t,), 'float32')
+            sg = T.alloc_local((B_t, B_h), 'float32')
+            gws = T.alloc_local((B_t, B_h), 'float32')
+            da = T.alloc_local((B_t, B_h), 'float32')
+            db = T.alloc_local((B_t, B_h), 'float32')
+            ga = T.alloc_local((B_t, B_h), 'float32')
+            sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((T.float32(1.0) * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights_grad):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))))
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
 
     return kernel
 
 
 def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
     N_t = T_
     N_s = 2
     N_h = H
@@ -600,10 +571,8 @@ def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, b
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -614,45 +583,44 @@ def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, b
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            wr = T.alloc_local((B_t,), "float32")
-            sg = T.alloc_local((B_t, B_h), "float32")
-            gws = T.alloc_local((B_t, B_h), "float32")
-            da = T.alloc_local((B_t, B_h), "float32")
-            db = T.alloc_local((B_t, B_h), "float32")
-            ga = T.alloc_local((B_t, B_h), "float32")
-            sa = T.alloc_local((B_t,), "float32")
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            wr = T.alloc_local((B_t,), 'float32')
+            sg = T.alloc_local((B_t, B_h), 'float32')
+            gws = T.alloc_local((B_t, B_h), 'float32')
+            da = T.alloc_local((B_t, B_h), 'float32')
+            db = T.alloc_local((B_t, B_h), 'float32')
+            ga = T.alloc_local((B_t, B_h), 'float32')
+            sa = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
                 db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
 
 
 def build_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
     N_t = T_
     N_s = 2
     N_h = H
@@ -660,10 +628,8 @@ def build_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, t
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -674,54 +640,53 @@ def build_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, t
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            za = T.alloc_local((B_t, B_h), "bool")
-            zb = T.alloc_local((B_t, B_h), "bool")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            wr = T.alloc_local((B_t,), "float32")
-            sg = T.alloc_local((B_t, B_h), "float32")
-            gws = T.alloc_local((B_t, B_h), "float32")
-            da = T.alloc_local((B_t, B_h), "float32")
-            db = T.alloc_local((B_t, B_h), "float32")
-            ga = T.alloc_local((B_t, B_h), "float32")
-            sa = T.alloc_local((B_t,), "float32")
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            za = T.alloc_local((B_t, B_h), 'bool')
+            zb = T.alloc_local((B_t, B_h), 'bool')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            wr = T.alloc_local((B_t,), 'float32')
+            sg = T.alloc_local((B_t, B_h), 'float32')
+            gws = T.alloc_local((B_t, B_h), 'float32')
+            da = T.alloc_local((B_t, B_h), 'float32')
+            db = T.alloc_local((B_t, B_h), 'float32')
+            ga = T.alloc_local((B_t, B_h), 'float32')
+            sa = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 za[i_t, i_h] = (a0[i_t, i_h] > T.float32(clamp))
                 zb[i_t, i_h] = ((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp))))
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
 
 
 def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
     N_t = T_
     N_s = 2
     N_h = H
@@ -729,11 +694,8 @@ def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dty
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -745,51 +707,50 @@ def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dty
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            pad = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            wr = T.alloc_local((B_t,), "float32")
-            sg = T.alloc_local((B_t, B_h), "float32")
-            gws = T.alloc_local((B_t, B_h), "float32")
-            da = T.alloc_local((B_t, B_h), "float32")
-            db = T.alloc_local((B_t, B_h), "float32")
-            ga = T.alloc_local((B_t, B_h), "float32")
-            sa = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            pad = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            wr = T.alloc_local((B_t,), 'float32')
+            sg = T.alloc_local((B_t, B_h), 'float32')
+            gws = T.alloc_local((B_t, B_h), 'float32')
+            da = T.alloc_local((B_t, B_h), 'float32')
+            db = T.alloc_local((B_t, B_h), 'float32')
+            ga = T.alloc_local((B_t, B_h), 'float32')
+            sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = (_t0[i_t] < T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor))))
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor)))
 
     return kernel
 
 
 def build_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
     N_t = T_
     N_s = 2
     N_h = H
@@ -797,11 +758,8 @@ def build_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, c
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -813,53 +771,53 @@ def build_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, c
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            pad = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            za = T.alloc_local((B_t, B_h), "bool")
-            zb = T.alloc_local((B_t, B_h), "bool")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            wr = T.alloc_local((B_t,), "float32")
-            sg = T.alloc_local((B_t, B_h), "float32")
-            gws = T.alloc_local((B_t, B_h), "float32")
-            da = T.alloc_local((B_t, B_h), "float32")
-            db = T.alloc_local((B_t, B_h), "float32")
-            ga = T.alloc_local((B_t, B_h), "float32")
-            sa = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            pad = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            za = T.alloc_local((B_t, B_h), 'bool')
+            zb = T.alloc_local((B_t, B_h), 'bool')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            wr = T.alloc_local((B_t,), 'float32')
+            sg = T.alloc_local((B_t, B_h), 'float32')
+            gws = T.alloc_local((B_t, B_h), 'float32')
+            da = T.alloc_local((B_t, B_h), 'float32')
+            db = T.alloc_local((B_t, B_h), 'float32')
+            ga = T.alloc_local((B_t, B_h), 'float32')
+            sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = (_t0[i_t] < T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor))))
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor)))
 
     return kernel
 
@@ -875,12 +833,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scalin
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -894,49 +848,48 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scalin
         topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            pad = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            tw = T.alloc_local((B_t,), "float32")
-            wr = T.alloc_local((B_t,), "float32")
-            sg = T.alloc_local((B_t, B_h), "float32")
-            gws = T.alloc_local((B_t, B_h), "float32")
-            da = T.alloc_local((B_t, B_h), "float32")
-            db = T.alloc_local((B_t, B_h), "float32")
-            ga = T.alloc_local((B_t, B_h), "float32")
-            sa = T.alloc_local((B_t,), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            pad = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            tw = T.alloc_local((B_t,), 'float32')
+            wr = T.alloc_local((B_t,), 'float32')
+            sg = T.alloc_local((B_t, B_h), 'float32')
+            gws = T.alloc_local((B_t, B_h), 'float32')
+            da = T.alloc_local((B_t, B_h), 'float32')
+            db = T.alloc_local((B_t, B_h), 'float32')
+            ga = T.alloc_local((B_t, B_h), 'float32')
+            sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = (_t1[i_t] < T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights_grad):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
 
     return kernel
@@ -953,12 +906,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -972,58 +921,57 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
         topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            pad = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            za = T.alloc_local((B_t, B_h), "bool")
-            zb = T.alloc_local((B_t, B_h), "bool")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            tw = T.alloc_local((B_t,), "float32")
-            wr = T.alloc_local((B_t,), "float32")
-            sg = T.alloc_local((B_t, B_h), "float32")
-            gws = T.alloc_local((B_t, B_h), "float32")
-            da = T.alloc_local((B_t, B_h), "float32")
-            db = T.alloc_local((B_t, B_h), "float32")
-            ga = T.alloc_local((B_t, B_h), "float32")
-            sa = T.alloc_local((B_t,), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            pad = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            za = T.alloc_local((B_t, B_h), 'bool')
+            zb = T.alloc_local((B_t, B_h), 'bool')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            tw = T.alloc_local((B_t,), 'float32')
+            wr = T.alloc_local((B_t,), 'float32')
+            sg = T.alloc_local((B_t, B_h), 'float32')
+            gws = T.alloc_local((B_t, B_h), 'float32')
+            da = T.alloc_local((B_t, B_h), 'float32')
+            db = T.alloc_local((B_t, B_h), 'float32')
+            ga = T.alloc_local((B_t, B_h), 'float32')
+            sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = (_t1[i_t] < T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights_grad):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
 
     return kernel
@@ -1040,13 +988,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1061,52 +1004,51 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
         topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            pad = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            tw = T.alloc_local((B_t,), "float32")
-            wr = T.alloc_local((B_t,), "float32")
-            sg = T.alloc_local((B_t, B_h), "float32")
-            gws = T.alloc_local((B_t, B_h), "float32")
-            da = T.alloc_local((B_t, B_h), "float32")
-            db = T.alloc_local((B_t, B_h), "float32")
-            ga = T.alloc_local((B_t, B_h), "float32")
-            sa = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            pad = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            tw = T.alloc_local((B_t,), 'float32')
+            wr = T.alloc_local((B_t,), 'float32')
+            sg = T.alloc_local((B_t, B_h), 'float32')
+            gws = T.alloc_local((B_t, B_h), 'float32')
+            da = T.alloc_local((B_t, B_h), 'float32')
+            db = T.alloc_local((B_t, B_h), 'float32')
+            ga = T.alloc_local((B_t, B_h), 'float32')
+            sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights_grad):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
 
     return kernel
@@ -1123,13 +1065,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1144,61 +1081,60 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
         topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            pad = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            za = T.alloc_local((B_t, B_h), "bool")
-            zb = T.alloc_local((B_t, B_h), "bool")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            tw = T.alloc_local((B_t,), "float32")
-            wr = T.alloc_local((B_t,), "float32")
-            sg = T.alloc_local((B_t, B_h), "float32")
-            gws = T.alloc_local((B_t, B_h), "float32")
-            da = T.alloc_local((B_t, B_h), "float32")
-            db = T.alloc_local((B_t, B_h), "float32")
-            ga = T.alloc_local((B_t, B_h), "float32")
-            sa = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            pad = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            za = T.alloc_local((B_t, B_h), 'bool')
+            zb = T.alloc_local((B_t, B_h), 'bool')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            tw = T.alloc_local((B_t,), 'float32')
+            wr = T.alloc_local((B_t,), 'float32')
+            sg = T.alloc_local((B_t, B_h), 'float32')
+            gws = T.alloc_local((B_t, B_h), 'float32')
+            da = T.alloc_local((B_t, B_h), 'float32')
+            db = T.alloc_local((B_t, B_h), 'float32')
+            ga = T.alloc_local((B_t, B_h), 'float32')
+            sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights_grad):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
 
     return kernel

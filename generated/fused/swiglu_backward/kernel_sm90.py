@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
@@ -17,7 +17,6 @@ COMPILE_FLAGS = ['-fmad=false']
 
 def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1):
     T_ = T.dynamic("T")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
     N_t = T_
     N_s = 2
     N_h = H
@@ -25,9 +24,8 @@ def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -37,45 +35,41 @@ def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            sg = T.alloc_fragment((B_t, B_h), "float32")
-            gws = T.alloc_fragment((B_t, B_h), "float32")
-            da = T.alloc_fragment((B_t, B_h), "float32")
-            db = T.alloc_fragment((B_t, B_h), "float32")
-            ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            sa = T.alloc_fragment((B_t,), "float32")
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            sg = T.alloc_fragment((B_t, B_h), 'float32')
+            gws = T.alloc_fragment((B_t, B_h), 'float32')
+            da = T.alloc_fragment((B_t, B_h), 'float32')
+            db = T.alloc_fragment((B_t, B_h), 'float32')
+            ga = T.alloc_fragment((B_t, B_h), 'float32')
+            sa = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
                 da[i_t, i_h] = ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
                 db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
+                ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])), T.float32(0.0))
+            T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
 
 
 def build_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1):
     T_ = T.dynamic("T")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
     N_t = T_
     N_s = 2
     N_h = H
@@ -83,9 +77,8 @@ def build_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, b
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -95,54 +88,50 @@ def build_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, b
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            za = T.alloc_fragment((B_t, B_h), "bool")
-            zb = T.alloc_fragment((B_t, B_h), "bool")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            sg = T.alloc_fragment((B_t, B_h), "float32")
-            gws = T.alloc_fragment((B_t, B_h), "float32")
-            da = T.alloc_fragment((B_t, B_h), "float32")
-            db = T.alloc_fragment((B_t, B_h), "float32")
-            ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            sa = T.alloc_fragment((B_t,), "float32")
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            za = T.alloc_fragment((B_t, B_h), 'bool')
+            zb = T.alloc_fragment((B_t, B_h), 'bool')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            sg = T.alloc_fragment((B_t, B_h), 'float32')
+            gws = T.alloc_fragment((B_t, B_h), 'float32')
+            da = T.alloc_fragment((B_t, B_h), 'float32')
+            db = T.alloc_fragment((B_t, B_h), 'float32')
+            ga = T.alloc_fragment((B_t, B_h), 'float32')
+            sa = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 za[i_t, i_h] = (a0[i_t, i_h] > T.float32(clamp))
                 zb[i_t, i_h] = ((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp))))
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
+                ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])), T.float32(0.0))
+            T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
 
 
 def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1):
     T_ = T.dynamic("T")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
     N_t = T_
     N_s = 2
     N_h = H
@@ -150,10 +139,8 @@ def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, thread
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -164,51 +151,47 @@ def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, thread
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            pad = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            sg = T.alloc_fragment((B_t, B_h), "float32")
-            gws = T.alloc_fragment((B_t, B_h), "float32")
-            da = T.alloc_fragment((B_t, B_h), "float32")
-            db = T.alloc_fragment((B_t, B_h), "float32")
-            ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            sa = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            pad = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            sg = T.alloc_fragment((B_t, B_h), 'float32')
+            gws = T.alloc_fragment((B_t, B_h), 'float32')
+            da = T.alloc_fragment((B_t, B_h), 'float32')
+            db = T.alloc_fragment((B_t, B_h), 'float32')
+            ga = T.alloc_fragment((B_t, B_h), 'float32')
+            sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = (_t0[i_t] < T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
+                ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])), T.float32(0.0))
+            T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor))))
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor)))
 
     return kernel
 
 
 def build_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1):
     T_ = T.dynamic("T")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
     N_t = T_
     N_s = 2
     N_h = H
@@ -216,10 +199,8 @@ def build_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -230,53 +211,50 @@ def build_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            pad = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            za = T.alloc_fragment((B_t, B_h), "bool")
-            zb = T.alloc_fragment((B_t, B_h), "bool")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            sg = T.alloc_fragment((B_t, B_h), "float32")
-            gws = T.alloc_fragment((B_t, B_h), "float32")
-            da = T.alloc_fragment((B_t, B_h), "float32")
-            db = T.alloc_fragment((B_t, B_h), "float32")
-            ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            sa = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            pad = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            za = T.alloc_fragment((B_t, B_h), 'bool')
+            zb = T.alloc_fragment((B_t, B_h), 'bool')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            sg = T.alloc_fragment((B_t, B_h), 'float32')
+            gws = T.alloc_fragment((B_t, B_h), 'float32')
+            da = T.alloc_fragment((B_t, B_h), 'float32')
+            db = T.alloc_fragment((B_t, B_h), 'float32')
+            ga = T.alloc_fragment((B_t, B_h), 'float32')
+            sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = (_t0[i_t] < T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
+                ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])), T.float32(0.0))
+            T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor))))
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor)))
 
     return kernel
 
@@ -292,11 +270,8 @@ def build_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, cla
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -309,50 +284,46 @@ def build_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, cla
         topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            pad = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            tw = T.alloc_fragment((B_t,), "float32")
-            sg = T.alloc_fragment((B_t, B_h), "float32")
-            gws = T.alloc_fragment((B_t, B_h), "float32")
-            da = T.alloc_fragment((B_t, B_h), "float32")
-            db = T.alloc_fragment((B_t, B_h), "float32")
-            ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            sa = T.alloc_fragment((B_t,), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            pad = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            tw = T.alloc_fragment((B_t,), 'float32')
+            sg = T.alloc_fragment((B_t, B_h), 'float32')
+            gws = T.alloc_fragment((B_t, B_h), 'float32')
+            da = T.alloc_fragment((B_t, B_h), 'float32')
+            db = T.alloc_fragment((B_t, B_h), 'float32')
+            ga = T.alloc_fragment((B_t, B_h), 'float32')
+            sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = (_t1[i_t] < T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((T.float32(1.0) * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
+                ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])), T.float32(0.0))
+            T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights_grad):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))))
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
 
     return kernel
 
@@ -368,11 +339,8 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -385,59 +353,55 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
         topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            pad = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            za = T.alloc_fragment((B_t, B_h), "bool")
-            zb = T.alloc_fragment((B_t, B_h), "bool")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            tw = T.alloc_fragment((B_t,), "float32")
-            sg = T.alloc_fragment((B_t, B_h), "float32")
-            gws = T.alloc_fragment((B_t, B_h), "float32")
-            da = T.alloc_fragment((B_t, B_h), "float32")
-            db = T.alloc_fragment((B_t, B_h), "float32")
-            ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            sa = T.alloc_fragment((B_t,), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            pad = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            za = T.alloc_fragment((B_t, B_h), 'bool')
+            zb = T.alloc_fragment((B_t, B_h), 'bool')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            tw = T.alloc_fragment((B_t,), 'float32')
+            sg = T.alloc_fragment((B_t, B_h), 'float32')
+            gws = T.alloc_fragment((B_t, B_h), 'float32')
+            da = T.alloc_fragment((B_t, B_h), 'float32')
+            db = T.alloc_fragment((B_t, B_h), 'float32')
+            ga = T.alloc_fragment((B_t, B_h), 'float32')
+            sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = (_t1[i_t] < T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((T.float32(1.0) * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
+                ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])), T.float32(0.0))
+            T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights_grad):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))))
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
 
     return kernel
 
@@ -453,12 +417,8 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -472,53 +432,49 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_
         topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            pad = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            tw = T.alloc_fragment((B_t,), "float32")
-            sg = T.alloc_fragment((B_t, B_h), "float32")
-            gws = T.alloc_fragment((B_t, B_h), "float32")
-            da = T.alloc_fragment((B_t, B_h), "float32")
-            db = T.alloc_fragment((B_t, B_h), "float32")
-            ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            sa = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            pad = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            tw = T.alloc_fragment((B_t,), 'float32')
+            sg = T.alloc_fragment((B_t, B_h), 'float32')
+            gws = T.alloc_fragment((B_t, B_h), 'float32')
+            da = T.alloc_fragment((B_t, B_h), 'float32')
+            db = T.alloc_fragment((B_t, B_h), 'float32')
+            ga = T.alloc_fragment((B_t, B_h), 'float32')
+            sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((T.float32(1.0) * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
+                ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])), T.float32(0.0))
+            T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights_grad):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))))
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
 
     return kernel
 
@@ -534,12 +490,8 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -553,69 +505,64 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
         topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            pad = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            za = T.alloc_fragment((B_t, B_h), "bool")
-            zb = T.alloc_fragment((B_t, B_h), "bool")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            tw = T.alloc_fragment((B_t,), "float32")
-            sg = T.alloc_fragment((B_t, B_h), "float32")
-            gws = T.alloc_fragment((B_t, B_h), "float32")
-            da = T.alloc_fragment((B_t, B_h), "float32")
-            db = T.alloc_fragment((B_t, B_h), "float32")
-            ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            sa = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            pad = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            za = T.alloc_fragment((B_t, B_h), 'bool')
+            zb = T.alloc_fragment((B_t, B_h), 'bool')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            tw = T.alloc_fragment((B_t,), 'float32')
+            sg = T.alloc_fragment((B_t, B_h), 'float32')
+            gws = T.alloc_fragment((B_t, B_h), 'float32')
+            da = T.alloc_fragment((B_t, B_h), 'float32')
+            db = T.alloc_fragment((B_t, B_h), 'float32')
+            ga = T.alloc_fragment((B_t, B_h), 'float32')
+            sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((T.float32(1.0) * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
+                ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])), T.float32(0.0))
+            T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights_grad):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))))
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
 
     return kernel
 
 
 def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1):
     T_ = T.dynamic("T")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
     N_t = T_
     N_s = 2
     N_h = H
@@ -623,10 +570,8 @@ def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=128,
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -637,48 +582,44 @@ def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=128,
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            wr = T.alloc_fragment((B_t,), "float32")
-            sg = T.alloc_fragment((B_t, B_h), "float32")
-            gws = T.alloc_fragment((B_t, B_h), "float32")
-            da = T.alloc_fragment((B_t, B_h), "float32")
-            db = T.alloc_fragment((B_t, B_h), "float32")
-            ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            sa = T.alloc_fragment((B_t,), "float32")
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            wr = T.alloc_fragment((B_t,), 'float32')
+            sg = T.alloc_fragment((B_t, B_h), 'float32')
+            gws = T.alloc_fragment((B_t, B_h), 'float32')
+            da = T.alloc_fragment((B_t, B_h), 'float32')
+            db = T.alloc_fragment((B_t, B_h), 'float32')
+            ga = T.alloc_fragment((B_t, B_h), 'float32')
+            sa = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
                 db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
+                ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])), T.float32(0.0))
+            T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
 
 
 def build_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1):
     T_ = T.dynamic("T")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
     N_t = T_
     N_s = 2
     N_h = H
@@ -686,10 +627,8 @@ def build_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, t
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -700,57 +639,53 @@ def build_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, t
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            za = T.alloc_fragment((B_t, B_h), "bool")
-            zb = T.alloc_fragment((B_t, B_h), "bool")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            wr = T.alloc_fragment((B_t,), "float32")
-            sg = T.alloc_fragment((B_t, B_h), "float32")
-            gws = T.alloc_fragment((B_t, B_h), "float32")
-            da = T.alloc_fragment((B_t, B_h), "float32")
-            db = T.alloc_fragment((B_t, B_h), "float32")
-            ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            sa = T.alloc_fragment((B_t,), "float32")
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            za = T.alloc_fragment((B_t, B_h), 'bool')
+            zb = T.alloc_fragment((B_t, B_h), 'bool')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            wr = T.alloc_fragment((B_t,), 'float32')
+            sg = T.alloc_fragment((B_t, B_h), 'float32')
+            gws = T.alloc_fragment((B_t, B_h), 'float32')
+            da = T.alloc_fragment((B_t, B_h), 'float32')
+            db = T.alloc_fragment((B_t, B_h), 'float32')
+            ga = T.alloc_fragment((B_t, B_h), 'float32')
+            sa = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 za[i_t, i_h] = (a0[i_t, i_h] > T.float32(clamp))
                 zb[i_t, i_h] = ((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp))))
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
+                ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])), T.float32(0.0))
+            T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor)))
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
 
 
 def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1):
     T_ = T.dynamic("T")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
     N_t = T_
     N_s = 2
     N_h = H
@@ -758,11 +693,8 @@ def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dty
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -774,54 +706,50 @@ def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dty
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            pad = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            wr = T.alloc_fragment((B_t,), "float32")
-            sg = T.alloc_fragment((B_t, B_h), "float32")
-            gws = T.alloc_fragment((B_t, B_h), "float32")
-            da = T.alloc_fragment((B_t, B_h), "float32")
-            db = T.alloc_fragment((B_t, B_h), "float32")
-            ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            sa = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            pad = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            wr = T.alloc_fragment((B_t,), 'float32')
+            sg = T.alloc_fragment((B_t, B_h), 'float32')
+            gws = T.alloc_fragment((B_t, B_h), 'float32')
+            da = T.alloc_fragment((B_t, B_h), 'float32')
+            db = T.alloc_fragment((B_t, B_h), 'float32')
+            ga = T.alloc_fragment((B_t, B_h), 'float32')
+            sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = (_t0[i_t] < T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
+                ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])), T.float32(0.0))
+            T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor))))
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor)))
 
     return kernel
 
 
 def build_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1):
     T_ = T.dynamic("T")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
     N_t = T_
     N_s = 2
     N_h = H
@@ -829,11 +757,8 @@ def build_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, c
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -845,56 +770,53 @@ def build_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, c
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            pad = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            za = T.alloc_fragment((B_t, B_h), "bool")
-            zb = T.alloc_fragment((B_t, B_h), "bool")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            wr = T.alloc_fragment((B_t,), "float32")
-            sg = T.alloc_fragment((B_t, B_h), "float32")
-            gws = T.alloc_fragment((B_t, B_h), "float32")
-            da = T.alloc_fragment((B_t, B_h), "float32")
-            db = T.alloc_fragment((B_t, B_h), "float32")
-            ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            sa = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            pad = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            za = T.alloc_fragment((B_t, B_h), 'bool')
+            zb = T.alloc_fragment((B_t, B_h), 'bool')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            wr = T.alloc_fragment((B_t,), 'float32')
+            sg = T.alloc_fragment((B_t, B_h), 'float32')
+            gws = T.alloc_fragment((B_t, B_h), 'float32')
+            da = T.alloc_fragment((B_t, B_h), 'float32')
+            db = T.alloc_fragment((B_t, B_h), 'float32')
+            ga = T.alloc_fragment((B_t, B_h), 'float32')
+            sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = (_t0[i_t] < T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
+                ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])), T.float32(0.0))
+            T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (T.float32(1.0) * T.float32(routed_scaling_factor))))
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor)))
 
     return kernel
 
@@ -910,12 +832,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scalin
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -929,52 +847,48 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scalin
         topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            pad = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            tw = T.alloc_fragment((B_t,), "float32")
-            wr = T.alloc_fragment((B_t,), "float32")
-            sg = T.alloc_fragment((B_t, B_h), "float32")
-            gws = T.alloc_fragment((B_t, B_h), "float32")
-            da = T.alloc_fragment((B_t, B_h), "float32")
-            db = T.alloc_fragment((B_t, B_h), "float32")
-            ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            sa = T.alloc_fragment((B_t,), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            pad = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            tw = T.alloc_fragment((B_t,), 'float32')
+            wr = T.alloc_fragment((B_t,), 'float32')
+            sg = T.alloc_fragment((B_t, B_h), 'float32')
+            gws = T.alloc_fragment((B_t, B_h), 'float32')
+            da = T.alloc_fragment((B_t, B_h), 'float32')
+            db = T.alloc_fragment((B_t, B_h), 'float32')
+            ga = T.alloc_fragment((B_t, B_h), 'float32')
+            sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = (_t1[i_t] < T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
+                ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])), T.float32(0.0))
+            T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights_grad):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
 
     return kernel
@@ -991,12 +905,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1010,61 +920,57 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
         topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            pad = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            za = T.alloc_fragment((B_t, B_h), "bool")
-            zb = T.alloc_fragment((B_t, B_h), "bool")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            tw = T.alloc_fragment((B_t,), "float32")
-            wr = T.alloc_fragment((B_t,), "float32")
-            sg = T.alloc_fragment((B_t, B_h), "float32")
-            gws = T.alloc_fragment((B_t, B_h), "float32")
-            da = T.alloc_fragment((B_t, B_h), "float32")
-            db = T.alloc_fragment((B_t, B_h), "float32")
-            ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            sa = T.alloc_fragment((B_t,), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            pad = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            za = T.alloc_fragment((B_t, B_h), 'bool')
+            zb = T.alloc_fragment((B_t, B_h), 'bool')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            tw = T.alloc_fragment((B_t,), 'float32')
+            wr = T.alloc_fragment((B_t,), 'float32')
+            sg = T.alloc_fragment((B_t, B_h), 'float32')
+            gws = T.alloc_fragment((B_t, B_h), 'float32')
+            da = T.alloc_fragment((B_t, B_h), 'float32')
+            db = T.alloc_fragment((B_t, B_h), 'float32')
+            ga = T.alloc_fragment((B_t, B_h), 'float32')
+            sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = (_t1[i_t] < T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
+                ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])), T.float32(0.0))
+            T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights_grad):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
 
     return kernel
@@ -1081,13 +987,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1102,55 +1003,51 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
         topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            pad = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            tw = T.alloc_fragment((B_t,), "float32")
-            wr = T.alloc_fragment((B_t,), "float32")
-            sg = T.alloc_fragment((B_t, B_h), "float32")
-            gws = T.alloc_fragment((B_t, B_h), "float32")
-            da = T.alloc_fragment((B_t, B_h), "float32")
-            db = T.alloc_fragment((B_t, B_h), "float32")
-            ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            sa = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            pad = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            tw = T.alloc_fragment((B_t,), 'float32')
+            wr = T.alloc_fragment((B_t,), 'float32')
+            sg = T.alloc_fragment((B_t, B_h), 'float32')
+            gws = T.alloc_fragment((B_t, B_h), 'float32')
+            da = T.alloc_fragment((B_t, B_h), 'float32')
+            db = T.alloc_fragment((B_t, B_h), 'float32')
+            ga = T.alloc_fragment((B_t, B_h), 'float32')
+            sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
+                ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])), T.float32(0.0))
+            T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights_grad):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
 
     return kernel
@@ -1167,13 +1064,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1188,64 +1080,60 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
         topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            pad = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            za = T.alloc_fragment((B_t, B_h), "bool")
-            zb = T.alloc_fragment((B_t, B_h), "bool")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            tw = T.alloc_fragment((B_t,), "float32")
-            wr = T.alloc_fragment((B_t,), "float32")
-            sg = T.alloc_fragment((B_t, B_h), "float32")
-            gws = T.alloc_fragment((B_t, B_h), "float32")
-            da = T.alloc_fragment((B_t, B_h), "float32")
-            db = T.alloc_fragment((B_t, B_h), "float32")
-            ga = T.alloc_fragment((B_t, B_h), "float32")
-            ga_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            sa = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            pad = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            za = T.alloc_fragment((B_t, B_h), 'bool')
+            zb = T.alloc_fragment((B_t, B_h), 'bool')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            tw = T.alloc_fragment((B_t,), 'float32')
+            wr = T.alloc_fragment((B_t,), 'float32')
+            sg = T.alloc_fragment((B_t, B_h), 'float32')
+            gws = T.alloc_fragment((B_t, B_h), 'float32')
+            da = T.alloc_fragment((B_t, B_h), 'float32')
+            db = T.alloc_fragment((B_t, B_h), 'float32')
+            ga = T.alloc_fragment((B_t, B_h), 'float32')
+            sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), (i_s * N_h + i_h)] = STORE_x_grad(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                ga_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, ga[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_h, sa, dim=1)
+                ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])), T.float32(0.0))
+            T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights_grad):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
 
     return kernel

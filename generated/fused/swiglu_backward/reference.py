@@ -2,8 +2,8 @@
 # Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `swiglu_backward`: the oracle its kernels are tested against, one function per variant.
 
-It computes on whole tensors, in float32, with the same operations in the same order as the kernels,
-and encodes outputs through the same generated software codecs.
+It runs the statements of the kernels on whole tensors, in float32, with the same operations in the same
+order, and encodes outputs through the same generated software codecs.
 """
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16
@@ -18,18 +18,22 @@ def reference_base(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        g = grad_out.to(torch.float32).reshape(N_t, N_h)
-        sg = (_f32(1.0) / (_f32(1.0) + _exp((-a0))))
-        gws = ((g * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor)))) * sg)
-        da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
-        db = (gws * a0)
-        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
-        ga = (g * ((a0 * sg) * b0))
-        sa = ga.sum(dim=1)
-        weight_grad = (sa * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32, device=_dev)
+        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
+        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a0)))), (N_t, N_h))
+        gws = _fit(((g * _f32(float(routed_scaling_factor))) * sg), (N_t, N_h))
+        da = _fit(((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))), (N_t, N_h))
+        db = _fit((gws * a0), (N_t, N_h))
+        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
+        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad_tile), None, False)
+        ga = _fit((g * ((a0 * sg) * b0)), (N_t, N_h))
+        sa = _sum(ga, 1)
+        weight_grad_tile = _fit((sa * _f32(float(routed_scaling_factor))), (N_t,))
+        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
+        return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
 
 
 def reference_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -41,22 +45,26 @@ def reference_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, 
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        za = (a0 > _f32(float(clamp)))
-        zb = ((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp)))))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        g = grad_out.to(torch.float32).reshape(N_t, N_h)
-        sg = (_f32(1.0) / (_f32(1.0) + _exp((-a))))
-        gws = ((g * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor)))) * sg)
-        da = torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
-        db = torch.where(zb, _f32(0.0), (gws * a))
-        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
-        ga = (g * ((a * sg) * b))
-        sa = ga.sum(dim=1)
-        weight_grad = (sa * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32, device=_dev)
+        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
+        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        za = _fit((a0 > _f32(float(clamp))), (N_t, N_h))
+        zb = _fit(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), (N_t, N_h))
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a)))), (N_t, N_h))
+        gws = _fit(((g * _f32(float(routed_scaling_factor))) * sg), (N_t, N_h))
+        da = _fit(torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg))))), (N_t, N_h))
+        db = _fit(torch.where(zb, _f32(0.0), (gws * a)), (N_t, N_h))
+        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
+        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad_tile), None, False)
+        ga = _fit((g * ((a * sg) * b)), (N_t, N_h))
+        sa = _sum(ga, 1)
+        weight_grad_tile = _fit((sa * _f32(float(routed_scaling_factor))), (N_t,))
+        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
+        return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
 
 
 def reference_with_pos_to_expert(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -68,20 +76,24 @@ def reference_with_pos_to_expert(x, grad_out, weights, pos_to_token_topk, topk_w
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        pad = (_t0 < 0)
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        g = grad_out.to(torch.float32).reshape(N_t, N_h)
-        sg = (_f32(1.0) / (_f32(1.0) + _exp((-a0))))
-        gws = ((g * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor)))) * sg)
-        da = torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))))
-        db = torch.where(pad[:, None], _f32(0.0), (gws * a0))
-        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
-        ga = (g * ((a0 * sg) * b0))
-        sa = ga.sum(dim=1)
-        weight_grad = torch.where(pad, _f32(0.0), (sa * (_f32(1.0) * _f32(float(routed_scaling_factor)))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32, device=_dev)
+        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
+        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        pad = _fit((_t0 < 0), (N_t,))
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a0)))), (N_t, N_h))
+        gws = _fit(((g * _f32(float(routed_scaling_factor))) * sg), (N_t, N_h))
+        da = _fit(torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))), (N_t, N_h))
+        db = _fit(torch.where(pad[:, None], _f32(0.0), (gws * a0)), (N_t, N_h))
+        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
+        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad_tile), None, False)
+        ga = _fit((g * ((a0 * sg) * b0)), (N_t, N_h))
+        sa = _sum(ga, 1)
+        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))), (N_t,))
+        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
+        return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
 
 
 def reference_with_pos_to_expert_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -93,24 +105,28 @@ def reference_with_pos_to_expert_with_clamp(x, grad_out, weights, pos_to_token_t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        pad = (_t0 < 0)
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        za = ((a0 > _f32(float(clamp))) | pad[:, None])
-        zb = (((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None])
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        g = grad_out.to(torch.float32).reshape(N_t, N_h)
-        sg = (_f32(1.0) / (_f32(1.0) + _exp((-a))))
-        gws = ((g * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor)))) * sg)
-        da = torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
-        db = torch.where(zb, _f32(0.0), (gws * a))
-        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
-        ga = (g * ((a * sg) * b))
-        sa = ga.sum(dim=1)
-        weight_grad = torch.where(pad, _f32(0.0), (sa * (_f32(1.0) * _f32(float(routed_scaling_factor)))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32, device=_dev)
+        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
+        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        pad = _fit((_t0 < 0), (N_t,))
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        za = _fit(((a0 > _f32(float(clamp))) | pad[:, None]), (N_t, N_h))
+        zb = _fit((((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None]), (N_t, N_h))
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a)))), (N_t, N_h))
+        gws = _fit(((g * _f32(float(routed_scaling_factor))) * sg), (N_t, N_h))
+        da = _fit(torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg))))), (N_t, N_h))
+        db = _fit(torch.where(zb, _f32(0.0), (gws * a)), (N_t, N_h))
+        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
+        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad_tile), None, False)
+        ga = _fit((g * ((a * sg) * b)), (N_t, N_h))
+        sa = _sum(ga, 1)
+        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))), (N_t,))
+        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
+        return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
 
 
 def reference_with_pos_to_token_topk_with_topk_weights(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -118,28 +134,36 @@ def reference_with_pos_to_token_topk_with_topk_weights(x, grad_out, weights, pos
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        pad = (_t1 < 0)
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        g = grad_out.to(torch.float32).reshape(N_t, N_h)
-        tw = _gather_at(topk_weights.to(torch.float32).reshape(-1), _t1)
-        sg = (_f32(1.0) / (_f32(1.0) + _exp((-a0))))
-        gws = ((g * ((_f32(1.0) * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg)
-        da = torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))))
-        db = torch.where(pad[:, None], _f32(0.0), (gws * a0))
-        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
-        ga = (g * ((a0 * sg) * b0))
-        sa = ga.sum(dim=1)
-        weight_grad = torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor)))))
-        topk_weights_grad = torch.where(pad, _f32(0.0), (sa * (_f32(1.0) * _f32(float(routed_scaling_factor)))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), _add_at(topk_weights_grad, _t1, (T_tok, K)).reshape(T_tok, K)
+        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
+        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        n_topk_weights_grad = T_tok * K
+        _s_topk_weights_grad = torch.zeros((T_tok, K), dtype=torch.float32, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        pad = _fit((_t1 < 0), (N_t,))
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        tw = _fit(torch.where(((_t1 >= 0) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((_t1 >= 0) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a0)))), (N_t, N_h))
+        gws = _fit(((g * (tw[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
+        da = _fit(torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))), (N_t, N_h))
+        db = _fit(torch.where(pad[:, None], _f32(0.0), (gws * a0)), (N_t, N_h))
+        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
+        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad_tile), None, False)
+        ga = _fit((g * ((a0 * sg) * b0)), (N_t, N_h))
+        sa = _sum(ga, 1)
+        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor))))), (N_t,))
+        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
+        topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))), (N_t,))
+        _scatter(_s_topk_weights_grad.reshape(-1), (_t1,), topk_weights_grad_tile, ((_t1 >= 0) & (_t1 < n_topk_weights_grad)), True)
+        return _s_x_grad, _s_weight_grad, _s_topk_weights_grad
 
 
 def reference_with_pos_to_token_topk_with_topk_weights_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -147,32 +171,40 @@ def reference_with_pos_to_token_topk_with_topk_weights_with_clamp(x, grad_out, w
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        pad = (_t1 < 0)
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        za = ((a0 > _f32(float(clamp))) | pad[:, None])
-        zb = (((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None])
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        g = grad_out.to(torch.float32).reshape(N_t, N_h)
-        tw = _gather_at(topk_weights.to(torch.float32).reshape(-1), _t1)
-        sg = (_f32(1.0) / (_f32(1.0) + _exp((-a))))
-        gws = ((g * ((_f32(1.0) * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg)
-        da = torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
-        db = torch.where(zb, _f32(0.0), (gws * a))
-        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
-        ga = (g * ((a * sg) * b))
-        sa = ga.sum(dim=1)
-        weight_grad = torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor)))))
-        topk_weights_grad = torch.where(pad, _f32(0.0), (sa * (_f32(1.0) * _f32(float(routed_scaling_factor)))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), _add_at(topk_weights_grad, _t1, (T_tok, K)).reshape(T_tok, K)
+        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
+        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        n_topk_weights_grad = T_tok * K
+        _s_topk_weights_grad = torch.zeros((T_tok, K), dtype=torch.float32, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        pad = _fit((_t1 < 0), (N_t,))
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        za = _fit(((a0 > _f32(float(clamp))) | pad[:, None]), (N_t, N_h))
+        zb = _fit((((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None]), (N_t, N_h))
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        tw = _fit(torch.where(((_t1 >= 0) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((_t1 >= 0) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a)))), (N_t, N_h))
+        gws = _fit(((g * (tw[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
+        da = _fit(torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg))))), (N_t, N_h))
+        db = _fit(torch.where(zb, _f32(0.0), (gws * a)), (N_t, N_h))
+        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
+        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad_tile), None, False)
+        ga = _fit((g * ((a * sg) * b)), (N_t, N_h))
+        sa = _sum(ga, 1)
+        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor))))), (N_t,))
+        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
+        topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))), (N_t,))
+        _scatter(_s_topk_weights_grad.reshape(-1), (_t1,), topk_weights_grad_tile, ((_t1 >= 0) & (_t1 < n_topk_weights_grad)), True)
+        return _s_x_grad, _s_weight_grad, _s_topk_weights_grad
 
 
 def reference_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -180,29 +212,37 @@ def reference_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, gra
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        pad = ((_t0 < 0) | (_t1 < 0))
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        g = grad_out.to(torch.float32).reshape(N_t, N_h)
-        tw = _gather_at(topk_weights.to(torch.float32).reshape(-1), _t1)
-        sg = (_f32(1.0) / (_f32(1.0) + _exp((-a0))))
-        gws = ((g * ((_f32(1.0) * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg)
-        da = torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))))
-        db = torch.where(pad[:, None], _f32(0.0), (gws * a0))
-        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
-        ga = (g * ((a0 * sg) * b0))
-        sa = ga.sum(dim=1)
-        weight_grad = torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor)))))
-        topk_weights_grad = torch.where(pad, _f32(0.0), (sa * (_f32(1.0) * _f32(float(routed_scaling_factor)))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), _add_at(topk_weights_grad, _t1, (T_tok, K)).reshape(T_tok, K)
+        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
+        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        n_topk_weights_grad = T_tok * K
+        _s_topk_weights_grad = torch.zeros((T_tok, K), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        pad = _fit(((_t0 < 0) | (_t1 < 0)), (N_t,))
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        tw = _fit(torch.where(((_t1 >= 0) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((_t1 >= 0) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a0)))), (N_t, N_h))
+        gws = _fit(((g * (tw[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
+        da = _fit(torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))), (N_t, N_h))
+        db = _fit(torch.where(pad[:, None], _f32(0.0), (gws * a0)), (N_t, N_h))
+        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
+        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad_tile), None, False)
+        ga = _fit((g * ((a0 * sg) * b0)), (N_t, N_h))
+        sa = _sum(ga, 1)
+        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor))))), (N_t,))
+        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
+        topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))), (N_t,))
+        _scatter(_s_topk_weights_grad.reshape(-1), (_t1,), topk_weights_grad_tile, ((_t1 >= 0) & (_t1 < n_topk_weights_grad)), True)
+        return _s_x_grad, _s_weight_grad, _s_topk_weights_grad
 
 
 def reference_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -210,33 +250,41 @@ def reference_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        pad = ((_t0 < 0) | (_t1 < 0))
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        za = ((a0 > _f32(float(clamp))) | pad[:, None])
-        zb = (((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None])
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        g = grad_out.to(torch.float32).reshape(N_t, N_h)
-        tw = _gather_at(topk_weights.to(torch.float32).reshape(-1), _t1)
-        sg = (_f32(1.0) / (_f32(1.0) + _exp((-a))))
-        gws = ((g * ((_f32(1.0) * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg)
-        da = torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
-        db = torch.where(zb, _f32(0.0), (gws * a))
-        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
-        ga = (g * ((a * sg) * b))
-        sa = ga.sum(dim=1)
-        weight_grad = torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor)))))
-        topk_weights_grad = torch.where(pad, _f32(0.0), (sa * (_f32(1.0) * _f32(float(routed_scaling_factor)))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), _add_at(topk_weights_grad, _t1, (T_tok, K)).reshape(T_tok, K)
+        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
+        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        n_topk_weights_grad = T_tok * K
+        _s_topk_weights_grad = torch.zeros((T_tok, K), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        pad = _fit(((_t0 < 0) | (_t1 < 0)), (N_t,))
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        za = _fit(((a0 > _f32(float(clamp))) | pad[:, None]), (N_t, N_h))
+        zb = _fit((((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None]), (N_t, N_h))
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        tw = _fit(torch.where(((_t1 >= 0) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((_t1 >= 0) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a)))), (N_t, N_h))
+        gws = _fit(((g * (tw[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
+        da = _fit(torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg))))), (N_t, N_h))
+        db = _fit(torch.where(zb, _f32(0.0), (gws * a)), (N_t, N_h))
+        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
+        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad_tile), None, False)
+        ga = _fit((g * ((a * sg) * b)), (N_t, N_h))
+        sa = _sum(ga, 1)
+        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor))))), (N_t,))
+        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
+        topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))), (N_t,))
+        _scatter(_s_topk_weights_grad.reshape(-1), (_t1,), topk_weights_grad_tile, ((_t1 >= 0) & (_t1 < n_topk_weights_grad)), True)
+        return _s_x_grad, _s_weight_grad, _s_topk_weights_grad
 
 
 def reference_with_weights(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -248,19 +296,23 @@ def reference_with_weights(x, grad_out, weights, pos_to_token_topk, topk_weights
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        g = grad_out.to(torch.float32).reshape(N_t, N_h)
-        wr = weights.to(torch.float32).reshape(N_t,)
-        sg = (_f32(1.0) / (_f32(1.0) + _exp((-a0))))
-        gws = ((g * ((wr[:, None] * _f32(1.0)) * _f32(float(routed_scaling_factor)))) * sg)
-        da = ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))
-        db = (gws * a0)
-        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
-        ga = (g * ((a0 * sg) * b0))
-        sa = ga.sum(dim=1)
-        weight_grad = (sa * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32, device=_dev)
+        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
+        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        wr = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a0)))), (N_t, N_h))
+        gws = _fit(((g * (wr[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
+        da = _fit(((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))), (N_t, N_h))
+        db = _fit((gws * a0), (N_t, N_h))
+        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
+        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad_tile), None, False)
+        ga = _fit((g * ((a0 * sg) * b0)), (N_t, N_h))
+        sa = _sum(ga, 1)
+        weight_grad_tile = _fit((sa * _f32(float(routed_scaling_factor))), (N_t,))
+        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
+        return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
 
 
 def reference_with_weights_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -272,23 +324,27 @@ def reference_with_weights_with_clamp(x, grad_out, weights, pos_to_token_topk, t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        za = (a0 > _f32(float(clamp)))
-        zb = ((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp)))))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        g = grad_out.to(torch.float32).reshape(N_t, N_h)
-        wr = weights.to(torch.float32).reshape(N_t,)
-        sg = (_f32(1.0) / (_f32(1.0) + _exp((-a))))
-        gws = ((g * ((wr[:, None] * _f32(1.0)) * _f32(float(routed_scaling_factor)))) * sg)
-        da = torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
-        db = torch.where(zb, _f32(0.0), (gws * a))
-        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
-        ga = (g * ((a * sg) * b))
-        sa = ga.sum(dim=1)
-        weight_grad = (sa * (_f32(1.0) * _f32(float(routed_scaling_factor))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32, device=_dev)
+        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
+        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        za = _fit((a0 > _f32(float(clamp))), (N_t, N_h))
+        zb = _fit(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), (N_t, N_h))
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        wr = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a)))), (N_t, N_h))
+        gws = _fit(((g * (wr[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
+        da = _fit(torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg))))), (N_t, N_h))
+        db = _fit(torch.where(zb, _f32(0.0), (gws * a)), (N_t, N_h))
+        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
+        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad_tile), None, False)
+        ga = _fit((g * ((a * sg) * b)), (N_t, N_h))
+        sa = _sum(ga, 1)
+        weight_grad_tile = _fit((sa * _f32(float(routed_scaling_factor))), (N_t,))
+        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
+        return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
 
 
 def reference_with_weights_with_pos_to_expert(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -300,21 +356,25 @@ def reference_with_weights_with_pos_to_expert(x, grad_out, weights, pos_to_token
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        pad = (_t0 < 0)
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        g = grad_out.to(torch.float32).reshape(N_t, N_h)
-        wr = weights.to(torch.float32).reshape(N_t,)
-        sg = (_f32(1.0) / (_f32(1.0) + _exp((-a0))))
-        gws = ((g * ((wr[:, None] * _f32(1.0)) * _f32(float(routed_scaling_factor)))) * sg)
-        da = torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))))
-        db = torch.where(pad[:, None], _f32(0.0), (gws * a0))
-        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
-        ga = (g * ((a0 * sg) * b0))
-        sa = ga.sum(dim=1)
-        weight_grad = torch.where(pad, _f32(0.0), (sa * (_f32(1.0) * _f32(float(routed_scaling_factor)))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32, device=_dev)
+        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
+        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        pad = _fit((_t0 < 0), (N_t,))
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        wr = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a0)))), (N_t, N_h))
+        gws = _fit(((g * (wr[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
+        da = _fit(torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))), (N_t, N_h))
+        db = _fit(torch.where(pad[:, None], _f32(0.0), (gws * a0)), (N_t, N_h))
+        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
+        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad_tile), None, False)
+        ga = _fit((g * ((a0 * sg) * b0)), (N_t, N_h))
+        sa = _sum(ga, 1)
+        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))), (N_t,))
+        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
+        return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
 
 
 def reference_with_weights_with_pos_to_expert_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -326,25 +386,29 @@ def reference_with_weights_with_pos_to_expert_with_clamp(x, grad_out, weights, p
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        pad = (_t0 < 0)
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        za = ((a0 > _f32(float(clamp))) | pad[:, None])
-        zb = (((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None])
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        g = grad_out.to(torch.float32).reshape(N_t, N_h)
-        wr = weights.to(torch.float32).reshape(N_t,)
-        sg = (_f32(1.0) / (_f32(1.0) + _exp((-a))))
-        gws = ((g * ((wr[:, None] * _f32(1.0)) * _f32(float(routed_scaling_factor)))) * sg)
-        da = torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
-        db = torch.where(zb, _f32(0.0), (gws * a))
-        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
-        ga = (g * ((a * sg) * b))
-        sa = ga.sum(dim=1)
-        weight_grad = torch.where(pad, _f32(0.0), (sa * (_f32(1.0) * _f32(float(routed_scaling_factor)))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), torch.empty(0, dtype=torch.float32, device=_dev)
+        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
+        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        pad = _fit((_t0 < 0), (N_t,))
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        za = _fit(((a0 > _f32(float(clamp))) | pad[:, None]), (N_t, N_h))
+        zb = _fit((((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None]), (N_t, N_h))
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        wr = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a)))), (N_t, N_h))
+        gws = _fit(((g * (wr[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
+        da = _fit(torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg))))), (N_t, N_h))
+        db = _fit(torch.where(zb, _f32(0.0), (gws * a)), (N_t, N_h))
+        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
+        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad_tile), None, False)
+        ga = _fit((g * ((a * sg) * b)), (N_t, N_h))
+        sa = _sum(ga, 1)
+        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))), (N_t,))
+        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
+        return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
 
 
 def reference_with_weights_with_pos_to_token_topk_with_topk_weights(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -352,29 +416,37 @@ def reference_with_weights_with_pos_to_token_topk_with_topk_weights(x, grad_out,
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        pad = (_t1 < 0)
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        g = grad_out.to(torch.float32).reshape(N_t, N_h)
-        tw = _gather_at(topk_weights.to(torch.float32).reshape(-1), _t1)
-        wr = weights.to(torch.float32).reshape(N_t,)
-        sg = (_f32(1.0) / (_f32(1.0) + _exp((-a0))))
-        gws = ((g * ((wr[:, None] * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg)
-        da = torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))))
-        db = torch.where(pad[:, None], _f32(0.0), (gws * a0))
-        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
-        ga = (g * ((a0 * sg) * b0))
-        sa = ga.sum(dim=1)
-        weight_grad = torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor)))))
-        topk_weights_grad = torch.where(pad, _f32(0.0), (sa * (wr * _f32(float(routed_scaling_factor)))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), _add_at(topk_weights_grad, _t1, (T_tok, K)).reshape(T_tok, K)
+        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
+        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        n_topk_weights_grad = T_tok * K
+        _s_topk_weights_grad = torch.zeros((T_tok, K), dtype=torch.float32, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        pad = _fit((_t1 < 0), (N_t,))
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        tw = _fit(torch.where(((_t1 >= 0) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((_t1 >= 0) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        wr = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a0)))), (N_t, N_h))
+        gws = _fit(((g * ((wr[:, None] * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
+        da = _fit(torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))), (N_t, N_h))
+        db = _fit(torch.where(pad[:, None], _f32(0.0), (gws * a0)), (N_t, N_h))
+        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
+        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad_tile), None, False)
+        ga = _fit((g * ((a0 * sg) * b0)), (N_t, N_h))
+        sa = _sum(ga, 1)
+        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor))))), (N_t,))
+        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
+        topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (wr * _f32(float(routed_scaling_factor))))), (N_t,))
+        _scatter(_s_topk_weights_grad.reshape(-1), (_t1,), topk_weights_grad_tile, ((_t1 >= 0) & (_t1 < n_topk_weights_grad)), True)
+        return _s_x_grad, _s_weight_grad, _s_topk_weights_grad
 
 
 def reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -382,33 +454,41 @@ def reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(x
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        pad = (_t1 < 0)
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        za = ((a0 > _f32(float(clamp))) | pad[:, None])
-        zb = (((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None])
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        g = grad_out.to(torch.float32).reshape(N_t, N_h)
-        tw = _gather_at(topk_weights.to(torch.float32).reshape(-1), _t1)
-        wr = weights.to(torch.float32).reshape(N_t,)
-        sg = (_f32(1.0) / (_f32(1.0) + _exp((-a))))
-        gws = ((g * ((wr[:, None] * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg)
-        da = torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
-        db = torch.where(zb, _f32(0.0), (gws * a))
-        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
-        ga = (g * ((a * sg) * b))
-        sa = ga.sum(dim=1)
-        weight_grad = torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor)))))
-        topk_weights_grad = torch.where(pad, _f32(0.0), (sa * (wr * _f32(float(routed_scaling_factor)))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), _add_at(topk_weights_grad, _t1, (T_tok, K)).reshape(T_tok, K)
+        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
+        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        n_topk_weights_grad = T_tok * K
+        _s_topk_weights_grad = torch.zeros((T_tok, K), dtype=torch.float32, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        pad = _fit((_t1 < 0), (N_t,))
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        za = _fit(((a0 > _f32(float(clamp))) | pad[:, None]), (N_t, N_h))
+        zb = _fit((((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None]), (N_t, N_h))
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        tw = _fit(torch.where(((_t1 >= 0) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((_t1 >= 0) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        wr = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a)))), (N_t, N_h))
+        gws = _fit(((g * ((wr[:, None] * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
+        da = _fit(torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg))))), (N_t, N_h))
+        db = _fit(torch.where(zb, _f32(0.0), (gws * a)), (N_t, N_h))
+        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
+        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad_tile), None, False)
+        ga = _fit((g * ((a * sg) * b)), (N_t, N_h))
+        sa = _sum(ga, 1)
+        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor))))), (N_t,))
+        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
+        topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (wr * _f32(float(routed_scaling_factor))))), (N_t,))
+        _scatter(_s_topk_weights_grad.reshape(-1), (_t1,), topk_weights_grad_tile, ((_t1 >= 0) & (_t1 < n_topk_weights_grad)), True)
+        return _s_x_grad, _s_weight_grad, _s_topk_weights_grad
 
 
 def reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -416,30 +496,38 @@ def reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        pad = ((_t0 < 0) | (_t1 < 0))
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        g = grad_out.to(torch.float32).reshape(N_t, N_h)
-        tw = _gather_at(topk_weights.to(torch.float32).reshape(-1), _t1)
-        wr = weights.to(torch.float32).reshape(N_t,)
-        sg = (_f32(1.0) / (_f32(1.0) + _exp((-a0))))
-        gws = ((g * ((wr[:, None] * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg)
-        da = torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))))
-        db = torch.where(pad[:, None], _f32(0.0), (gws * a0))
-        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
-        ga = (g * ((a0 * sg) * b0))
-        sa = ga.sum(dim=1)
-        weight_grad = torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor)))))
-        topk_weights_grad = torch.where(pad, _f32(0.0), (sa * (wr * _f32(float(routed_scaling_factor)))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), _add_at(topk_weights_grad, _t1, (T_tok, K)).reshape(T_tok, K)
+        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
+        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        n_topk_weights_grad = T_tok * K
+        _s_topk_weights_grad = torch.zeros((T_tok, K), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        pad = _fit(((_t0 < 0) | (_t1 < 0)), (N_t,))
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        tw = _fit(torch.where(((_t1 >= 0) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((_t1 >= 0) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        wr = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a0)))), (N_t, N_h))
+        gws = _fit(((g * ((wr[:, None] * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
+        da = _fit(torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))), (N_t, N_h))
+        db = _fit(torch.where(pad[:, None], _f32(0.0), (gws * a0)), (N_t, N_h))
+        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
+        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad_tile), None, False)
+        ga = _fit((g * ((a0 * sg) * b0)), (N_t, N_h))
+        sa = _sum(ga, 1)
+        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor))))), (N_t,))
+        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
+        topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (wr * _f32(float(routed_scaling_factor))))), (N_t,))
+        _scatter(_s_topk_weights_grad.reshape(-1), (_t1,), topk_weights_grad_tile, ((_t1 >= 0) & (_t1 < n_topk_weights_grad)), True)
+        return _s_x_grad, _s_weight_grad, _s_topk_weights_grad
 
 
 def reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -447,34 +535,42 @@ def reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        pad = ((_t0 < 0) | (_t1 < 0))
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        za = ((a0 > _f32(float(clamp))) | pad[:, None])
-        zb = (((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None])
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        g = grad_out.to(torch.float32).reshape(N_t, N_h)
-        tw = _gather_at(topk_weights.to(torch.float32).reshape(-1), _t1)
-        wr = weights.to(torch.float32).reshape(N_t,)
-        sg = (_f32(1.0) / (_f32(1.0) + _exp((-a))))
-        gws = ((g * ((wr[:, None] * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg)
-        da = torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg)))))
-        db = torch.where(zb, _f32(0.0), (gws * a))
-        x_grad = torch.where((torch.arange(N_s, device=_dev).reshape(1, -1, 1) == 0), da[:, None, :], db[:, None, :])
-        ga = (g * ((a * sg) * b))
-        sa = ga.sum(dim=1)
-        weight_grad = torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor)))))
-        topk_weights_grad = torch.where(pad, _f32(0.0), (sa * (wr * _f32(float(routed_scaling_factor)))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad).reshape(T_, (2 * H)), weight_grad.reshape(T_,), _add_at(topk_weights_grad, _t1, (T_tok, K)).reshape(T_tok, K)
+        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
+        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        n_topk_weights_grad = T_tok * K
+        _s_topk_weights_grad = torch.zeros((T_tok, K), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        pad = _fit(((_t0 < 0) | (_t1 < 0)), (N_t,))
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        za = _fit(((a0 > _f32(float(clamp))) | pad[:, None]), (N_t, N_h))
+        zb = _fit((((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None]), (N_t, N_h))
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        tw = _fit(torch.where(((_t1 >= 0) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((_t1 >= 0) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        wr = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a)))), (N_t, N_h))
+        gws = _fit(((g * ((wr[:, None] * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
+        da = _fit(torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg))))), (N_t, N_h))
+        db = _fit(torch.where(zb, _f32(0.0), (gws * a)), (N_t, N_h))
+        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
+        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](x_grad_tile), None, False)
+        ga = _fit((g * ((a * sg) * b)), (N_t, N_h))
+        sa = _sum(ga, 1)
+        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor))))), (N_t,))
+        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
+        topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (wr * _f32(float(routed_scaling_factor))))), (N_t,))
+        _scatter(_s_topk_weights_grad.reshape(-1), (_t1,), topk_weights_grad_tile, ((_t1 >= 0) & (_t1 < n_topk_weights_grad)), True)
+        return _s_x_grad, _s_weight_grad, _s_topk_weights_grad
 
 
 VARIANTS = {

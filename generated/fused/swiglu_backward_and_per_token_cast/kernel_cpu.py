@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16, decode_e4m3, encode_bf16, encode_e4m3
 
 TARGET = 'c'
@@ -27,8 +27,7 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -40,58 +39,57 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
         x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
 
     return kernel
 
@@ -107,8 +105,7 @@ def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -120,62 +117,61 @@ def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
         x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
 
     return kernel
 
@@ -191,9 +187,7 @@ def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -207,45 +201,45 @@ def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -257,25 +251,24 @@ def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -292,9 +285,7 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -308,49 +299,49 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -362,25 +353,24 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -397,8 +387,7 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -411,63 +400,62 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
 
     return kernel
 
@@ -483,8 +471,7 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -497,67 +484,66 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
 
     return kernel
 
@@ -573,9 +559,7 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -590,45 +574,45 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -640,29 +624,28 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
 
     return kernel
 
@@ -678,9 +661,7 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -695,49 +676,49 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -749,29 +730,28 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
 
     return kernel
 
@@ -787,8 +767,7 @@ def build_fp32_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -797,61 +776,60 @@ def build_fp32_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
 
     return kernel
 
@@ -867,8 +845,7 @@ def build_fp32_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -877,65 +854,64 @@ def build_fp32_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
 
     return kernel
 
@@ -951,9 +927,7 @@ def build_fp32_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -963,49 +937,49 @@ def build_fp32_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -1017,25 +991,24 @@ def build_fp32_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -1052,9 +1025,7 @@ def build_fp32_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1064,53 +1035,53 @@ def build_fp32_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -1122,25 +1093,24 @@ def build_fp32_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -1157,8 +1127,7 @@ def build_fp32_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1167,67 +1136,66 @@ def build_fp32_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
 
     return kernel
 
@@ -1243,8 +1211,7 @@ def build_fp32_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1253,71 +1220,70 @@ def build_fp32_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
 
     return kernel
 
@@ -1333,9 +1299,7 @@ def build_fp32_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1345,50 +1309,50 @@ def build_fp32_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -1400,29 +1364,28 @@ def build_fp32_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
 
     return kernel
 
@@ -1438,9 +1401,7 @@ def build_fp32_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1450,54 +1411,54 @@ def build_fp32_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -1509,29 +1470,28 @@ def build_fp32_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
 
     return kernel
 
@@ -1547,8 +1507,7 @@ def build_pow2_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1560,58 +1519,57 @@ def build_pow2_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
         x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
 
     return kernel
 
@@ -1627,8 +1585,7 @@ def build_pow2_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1640,62 +1597,61 @@ def build_pow2_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
         x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
 
     return kernel
 
@@ -1711,9 +1667,7 @@ def build_pow2_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1727,45 +1681,45 @@ def build_pow2_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -1777,25 +1731,24 @@ def build_pow2_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -1812,9 +1765,7 @@ def build_pow2_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1828,49 +1779,49 @@ def build_pow2_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -1882,25 +1833,24 @@ def build_pow2_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -1917,8 +1867,7 @@ def build_pow2_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1931,63 +1880,62 @@ def build_pow2_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
 
     return kernel
 
@@ -2003,8 +1951,7 @@ def build_pow2_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2017,67 +1964,66 @@ def build_pow2_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
 
     return kernel
 
@@ -2093,9 +2039,7 @@ def build_pow2_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2110,45 +2054,45 @@ def build_pow2_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -2160,29 +2104,28 @@ def build_pow2_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
 
     return kernel
 
@@ -2198,9 +2141,7 @@ def build_pow2_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2215,49 +2156,49 @@ def build_pow2_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -2269,29 +2210,28 @@ def build_pow2_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
 
     return kernel
 
@@ -2307,8 +2247,7 @@ def build_pow2_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2317,61 +2256,60 @@ def build_pow2_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
 
     return kernel
 
@@ -2387,8 +2325,7 @@ def build_pow2_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2397,65 +2334,64 @@ def build_pow2_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
 
     return kernel
 
@@ -2471,9 +2407,7 @@ def build_pow2_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2483,49 +2417,49 @@ def build_pow2_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -2537,25 +2471,24 @@ def build_pow2_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -2572,9 +2505,7 @@ def build_pow2_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2584,53 +2515,53 @@ def build_pow2_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -2642,25 +2573,24 @@ def build_pow2_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -2677,8 +2607,7 @@ def build_pow2_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2687,67 +2616,66 @@ def build_pow2_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
 
     return kernel
 
@@ -2763,8 +2691,7 @@ def build_pow2_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2773,71 +2700,70 @@ def build_pow2_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
 
     return kernel
 
@@ -2853,9 +2779,7 @@ def build_pow2_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2865,50 +2789,50 @@ def build_pow2_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -2920,29 +2844,28 @@ def build_pow2_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
 
     return kernel
 
@@ -2958,9 +2881,7 @@ def build_pow2_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
     B_c = N_c
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2970,54 +2891,54 @@ def build_pow2_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -3029,29 +2950,28 @@ def build_pow2_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
 
     return kernel
 
@@ -3062,15 +2982,16 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3082,62 +3003,63 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
         x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.grid(B_t, B_s, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), i_s * T.ceildiv(N_g, 4) + i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
 
     return kernel
 
@@ -3148,15 +3070,16 @@ def build_ue8m0_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3168,66 +3091,67 @@ def build_ue8m0_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act
         x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.grid(B_t, B_s, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), i_s * T.ceildiv(N_g, 4) + i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
 
     return kernel
 
@@ -3238,16 +3162,16 @@ def build_ue8m0_row_false_with_weights(H, group, routed_scaling_factor, clamp, a
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3261,46 +3185,47 @@ def build_ue8m0_row_false_with_weights(H, group, routed_scaling_factor, clamp, a
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -3312,28 +3237,28 @@ def build_ue8m0_row_false_with_weights(H, group, routed_scaling_factor, clamp, a
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.grid(B_t, B_s, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), i_s * T.ceildiv(N_g, 4) + i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -3345,16 +3270,16 @@ def build_ue8m0_row_false_with_weights_with_clamp(H, group, routed_scaling_facto
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3368,50 +3293,51 @@ def build_ue8m0_row_false_with_weights_with_clamp(H, group, routed_scaling_facto
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -3423,28 +3349,28 @@ def build_ue8m0_row_false_with_weights_with_clamp(H, group, routed_scaling_facto
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.grid(B_t, B_s, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), i_s * T.ceildiv(N_g, 4) + i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -3456,15 +3382,16 @@ def build_ue8m0_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3477,67 +3404,68 @@ def build_ue8m0_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.grid(B_t, B_s, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), i_s * T.ceildiv(N_g, 4) + i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
 
     return kernel
 
@@ -3548,15 +3476,16 @@ def build_ue8m0_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3569,71 +3498,72 @@ def build_ue8m0_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.grid(B_t, B_s, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), i_s * T.ceildiv(N_g, 4) + i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
 
     return kernel
 
@@ -3644,16 +3574,16 @@ def build_ue8m0_row_true_with_weights(H, group, routed_scaling_factor, clamp, ac
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3668,46 +3598,47 @@ def build_ue8m0_row_true_with_weights(H, group, routed_scaling_factor, clamp, ac
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -3719,32 +3650,32 @@ def build_ue8m0_row_true_with_weights(H, group, routed_scaling_factor, clamp, ac
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.grid(B_t, B_s, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), i_s * T.ceildiv(N_g, 4) + i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
 
     return kernel
 
@@ -3755,16 +3686,16 @@ def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3779,50 +3710,51 @@ def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -3834,32 +3766,32 @@ def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.grid(B_t, B_s, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[(b_t * B_t + i_t), i_s * T.ceildiv(N_g, 4) + i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
 
     return kernel
 
@@ -3870,15 +3802,16 @@ def build_ue8m0_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3887,65 +3820,66 @@ def build_ue8m0_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.grid(B_t, B_s, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[i_s * T.ceildiv(N_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
 
     return kernel
 
@@ -3956,15 +3890,16 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3973,69 +3908,70 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.grid(B_t, B_s, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[i_s * T.ceildiv(N_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
 
     return kernel
 
@@ -4046,16 +3982,16 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -4065,50 +4001,51 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -4120,28 +4057,28 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.grid(B_t, B_s, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[i_s * T.ceildiv(N_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -4153,16 +4090,16 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -4172,54 +4109,55 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -4231,28 +4169,28 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.grid(B_t, B_s, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[i_s * T.ceildiv(N_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -4264,15 +4202,16 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -4281,71 +4220,72 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.grid(B_t, B_s, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[i_s * T.ceildiv(N_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
 
     return kernel
 
@@ -4356,15 +4296,16 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -4373,75 +4314,76 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.grid(B_t, B_s, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[i_s * T.ceildiv(N_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor)))), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
 
     return kernel
 
@@ -4452,16 +4394,16 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -4471,51 +4413,52 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -4527,32 +4470,32 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.grid(B_t, B_s, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[i_s * T.ceildiv(N_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
 
     return kernel
 
@@ -4563,16 +4506,16 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
-    LOAD_act_x_grad = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -4582,55 +4525,56 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g), "float32")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_local((B_t, B_g), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            go = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            sg = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            gws = T.alloc_local((B_t, B_g, B_c), "float32")
-            da = T.alloc_local((B_t, B_g, B_c), "float32")
-            db = T.alloc_local((B_t, B_g, B_c), "float32")
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_s, B_g), "float32")
-            amax = T.alloc_local((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_s, B_g), "float32")
-            ga = T.alloc_local((B_t, B_g, B_c), "float32")
-            wg = T.alloc_local((B_t, B_g), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -4642,31 +4586,31 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0), dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.grid(B_t, B_s, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_sf[i_s * T.ceildiv(N_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
 
     return kernel

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
@@ -26,8 +26,7 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -39,58 +38,55 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
         x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -106,8 +102,7 @@ def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -119,62 +114,59 @@ def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
         x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -190,9 +182,7 @@ def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -206,47 +196,44 @@ def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -257,30 +244,24 @@ def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -297,9 +278,7 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -313,51 +292,48 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -368,30 +344,24 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -408,8 +378,7 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -422,63 +391,60 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -494,8 +460,7 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -508,67 +473,64 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -584,9 +546,7 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -601,47 +561,44 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -652,34 +609,28 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
 
     return kernel
 
@@ -695,9 +646,7 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -712,51 +661,48 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -767,34 +713,28 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
 
     return kernel
 
@@ -810,8 +750,7 @@ def build_fp32_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -820,61 +759,58 @@ def build_fp32_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -890,8 +826,7 @@ def build_fp32_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -900,65 +835,62 @@ def build_fp32_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -974,9 +906,7 @@ def build_fp32_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -986,51 +916,48 @@ def build_fp32_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -1041,30 +968,24 @@ def build_fp32_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -1081,9 +1002,7 @@ def build_fp32_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1093,55 +1012,52 @@ def build_fp32_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -1152,30 +1068,24 @@ def build_fp32_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -1192,8 +1102,7 @@ def build_fp32_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1202,67 +1111,64 @@ def build_fp32_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -1278,8 +1184,7 @@ def build_fp32_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1288,71 +1193,68 @@ def build_fp32_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -1368,9 +1270,7 @@ def build_fp32_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1380,52 +1280,49 @@ def build_fp32_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -1436,34 +1333,28 @@ def build_fp32_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
 
     return kernel
 
@@ -1479,9 +1370,7 @@ def build_fp32_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1491,56 +1380,53 @@ def build_fp32_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -1551,34 +1437,28 @@ def build_fp32_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                 inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
 
     return kernel
 
@@ -1594,8 +1474,7 @@ def build_pow2_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1607,58 +1486,55 @@ def build_pow2_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
         x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1674,8 +1550,7 @@ def build_pow2_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1687,62 +1562,59 @@ def build_pow2_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
         x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1758,9 +1630,7 @@ def build_pow2_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1774,47 +1644,44 @@ def build_pow2_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -1825,30 +1692,24 @@ def build_pow2_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -1865,9 +1726,7 @@ def build_pow2_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1881,51 +1740,48 @@ def build_pow2_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -1936,30 +1792,24 @@ def build_pow2_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -1976,8 +1826,7 @@ def build_pow2_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -1990,63 +1839,60 @@ def build_pow2_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -2062,8 +1908,7 @@ def build_pow2_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2076,67 +1921,64 @@ def build_pow2_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -2152,9 +1994,7 @@ def build_pow2_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2169,47 +2009,44 @@ def build_pow2_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -2220,34 +2057,28 @@ def build_pow2_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
 
     return kernel
 
@@ -2263,9 +2094,7 @@ def build_pow2_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2280,51 +2109,48 @@ def build_pow2_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -2335,34 +2161,28 @@ def build_pow2_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), (i_s * N_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
 
     return kernel
 
@@ -2378,8 +2198,7 @@ def build_pow2_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2388,61 +2207,58 @@ def build_pow2_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2458,8 +2274,7 @@ def build_pow2_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2468,65 +2283,62 @@ def build_pow2_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2542,9 +2354,7 @@ def build_pow2_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2554,51 +2364,48 @@ def build_pow2_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -2609,30 +2416,24 @@ def build_pow2_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -2649,9 +2450,7 @@ def build_pow2_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2661,55 +2460,52 @@ def build_pow2_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -2720,30 +2516,24 @@ def build_pow2_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -2760,8 +2550,7 @@ def build_pow2_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2770,67 +2559,64 @@ def build_pow2_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -2846,8 +2632,7 @@ def build_pow2_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2856,71 +2641,68 @@ def build_pow2_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -2936,9 +2718,7 @@ def build_pow2_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -2948,52 +2728,49 @@ def build_pow2_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -3004,34 +2781,28 @@ def build_pow2_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
 
     return kernel
 
@@ -3047,9 +2818,7 @@ def build_pow2_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3059,56 +2828,53 @@ def build_pow2_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -3119,34 +2885,28 @@ def build_pow2_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
-                    x_grad_sf[(i_s * N_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
 
     return kernel
 
@@ -3157,15 +2917,16 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3177,62 +2938,61 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
         x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.Parallel(B_t, B_s, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), i_s * T.ceildiv(N_g, 4) + i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -3243,15 +3003,16 @@ def build_ue8m0_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3263,66 +3024,65 @@ def build_ue8m0_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act
         x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.Parallel(B_t, B_s, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), i_s * T.ceildiv(N_g, 4) + i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -3333,16 +3093,16 @@ def build_ue8m0_row_false_with_weights(H, group, routed_scaling_factor, clamp, a
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3356,48 +3116,46 @@ def build_ue8m0_row_false_with_weights(H, group, routed_scaling_factor, clamp, a
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -3408,33 +3166,28 @@ def build_ue8m0_row_false_with_weights(H, group, routed_scaling_factor, clamp, a
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.Parallel(B_t, B_s, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), i_s * T.ceildiv(N_g, 4) + i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -3446,16 +3199,16 @@ def build_ue8m0_row_false_with_weights_with_clamp(H, group, routed_scaling_facto
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3469,52 +3222,50 @@ def build_ue8m0_row_false_with_weights_with_clamp(H, group, routed_scaling_facto
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -3525,33 +3276,28 @@ def build_ue8m0_row_false_with_weights_with_clamp(H, group, routed_scaling_facto
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.Parallel(B_t, B_s, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), i_s * T.ceildiv(N_g, 4) + i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -3563,15 +3309,16 @@ def build_ue8m0_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3584,67 +3331,66 @@ def build_ue8m0_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.Parallel(B_t, B_s, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), i_s * T.ceildiv(N_g, 4) + i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -3655,15 +3401,16 @@ def build_ue8m0_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3676,71 +3423,70 @@ def build_ue8m0_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.Parallel(B_t, B_s, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), i_s * T.ceildiv(N_g, 4) + i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -3751,16 +3497,16 @@ def build_ue8m0_row_true_with_weights(H, group, routed_scaling_factor, clamp, ac
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3775,48 +3521,46 @@ def build_ue8m0_row_true_with_weights(H, group, routed_scaling_factor, clamp, ac
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -3827,37 +3571,32 @@ def build_ue8m0_row_true_with_weights(H, group, routed_scaling_factor, clamp, ac
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.Parallel(B_t, B_s, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), i_s * T.ceildiv(N_g, 4) + i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
 
     return kernel
 
@@ -3868,16 +3607,16 @@ def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -3892,52 +3631,50 @@ def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -3948,37 +3685,32 @@ def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.Parallel(B_t, B_s, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    x_grad_sf[(b_t * B_t + i_t), i_s * T.ceildiv(N_g, 4) + i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
 
     return kernel
 
@@ -3989,15 +3721,16 @@ def build_ue8m0_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -4006,65 +3739,64 @@ def build_ue8m0_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.Parallel(B_t, B_s, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    x_grad_sf[i_s * T.ceildiv(N_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -4075,15 +3807,16 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -4092,69 +3825,68 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.Parallel(B_t, B_s, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    x_grad_sf[i_s * T.ceildiv(N_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -4165,16 +3897,16 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -4184,52 +3916,50 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -4240,33 +3970,28 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.Parallel(B_t, B_s, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    x_grad_sf[i_s * T.ceildiv(N_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -4278,16 +4003,16 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -4297,56 +4022,54 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -4357,33 +4080,28 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.Parallel(B_t, B_s, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    x_grad_sf[i_s * T.ceildiv(N_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
@@ -4395,15 +4113,16 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -4412,71 +4131,70 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.Parallel(B_t, B_s, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    x_grad_sf[i_s * T.ceildiv(N_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -4487,15 +4205,16 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -4504,75 +4223,74 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.Parallel(B_t, B_s, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    x_grad_sf[i_s * T.ceildiv(N_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * (T.float32(1.0) * T.float32(routed_scaling_factor))), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -4583,16 +4301,16 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -4602,53 +4320,51 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -4659,37 +4375,32 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.Parallel(B_t, B_s, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    x_grad_sf[i_s * T.ceildiv(N_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
 
     return kernel
 
@@ -4700,16 +4411,16 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
     N_s = 2
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_s = N_s
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    if not (N_g % 4 == 0):
-        raise ValueError("x_grad_sf: 4 codes share a word, so they must not straddle axis g")
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_q = lambda v: T.cast(v, "float32")
-    LOAD_act_x_grad = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[act_x_grad_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
 
     @T.prim_func
     def kernel(
@@ -4719,57 +4430,55 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g), "float32")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t3 = T.alloc_fragment((B_t, B_g), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            go = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t4 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            sg = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            gws = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            da = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            db = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            dx_for_absmax_over_c = T.alloc_fragment((B_t, B_s, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_s, B_g), "float32")
-            ga = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            ga_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            wg = T.alloc_fragment((B_t, B_g), "float32")
-            wg_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_fragment((B_t, B_g), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (0 * N_g + i_g)], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_q(q[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g), sf[(b_t * B_t + i_t), (1 * N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -4780,36 +4489,31 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
                 db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.if_then_else(i_c < N_c, dx[i_t, i_s, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c), T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c], "bfloat16")
+            T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_gp in T.Parallel(B_t, B_s, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    x_grad_sf[i_s * T.ceildiv(N_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, x_grad_sf_codes[i_t, i_s, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    x_grad_fp8[(b_t * B_t + i_t), ((i_s * N_g + i_g) * N_c + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, ga[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(ga_for_sum_over_c, wg, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                wg_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, wg[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(wg_for_sum_over_g, _t6, dim=1)
+                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    act_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
 
     return kernel

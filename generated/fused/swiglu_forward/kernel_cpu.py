@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 TARGET = 'c'
@@ -25,7 +25,7 @@ def build_bf16(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -33,15 +33,15 @@ def build_bf16(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1
         out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * T.float32(routed_scaling_factor))), "uint16")
 
     return kernel
 
@@ -56,7 +56,7 @@ def build_bf16_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -65,33 +65,33 @@ def build_bf16_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
@@ -99,8 +99,8 @@ def build_bf16_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
             for i_t, i_h in T.grid(B_t, B_h):
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-                if (b_t * B_t + i_t) < N_t:
-                    out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * T.float32(routed_scaling_factor))), "uint16")
 
     return kernel
 
@@ -114,8 +114,7 @@ def build_bf16_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, t
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -124,21 +123,21 @@ def build_bf16_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, t
         out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))), "uint16")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * T.float32(routed_scaling_factor))), "uint16")
 
     return kernel
 
@@ -153,8 +152,7 @@ def build_bf16_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -164,39 +162,39 @@ def build_bf16_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
@@ -204,8 +202,8 @@ def build_bf16_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
             for i_t, i_h in T.grid(B_t, B_h):
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))), "uint16")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * T.float32(routed_scaling_factor))), "uint16")
 
     return kernel
 
@@ -220,9 +218,7 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -232,26 +228,26 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor
         out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])), "uint16")
 
     return kernel
@@ -268,9 +264,7 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -281,41 +275,41 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
@@ -324,11 +318,11 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])), "uint16")
 
     return kernel
@@ -344,10 +338,7 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -358,29 +349,29 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
         out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])), "uint16")
 
     return kernel
@@ -397,10 +388,7 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -412,44 +400,44 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
@@ -458,11 +446,11 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])), "uint16")
 
     return kernel
@@ -477,8 +465,7 @@ def build_bf16_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -487,20 +474,20 @@ def build_bf16_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads
         out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])), "uint16")
 
     return kernel
@@ -516,8 +503,7 @@ def build_bf16_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -527,35 +513,35 @@ def build_bf16_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
@@ -564,11 +550,11 @@ def build_bf16_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])), "uint16")
 
     return kernel
@@ -583,9 +569,7 @@ def build_bf16_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, 
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -595,26 +579,26 @@ def build_bf16_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, 
         out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])), "uint16")
 
     return kernel
@@ -630,9 +614,7 @@ def build_bf16_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -643,41 +625,41 @@ def build_bf16_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
@@ -686,11 +668,11 @@ def build_bf16_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])), "uint16")
 
     return kernel
@@ -706,10 +688,7 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -720,29 +699,29 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
         out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])), "uint16")
 
     return kernel
@@ -759,10 +738,7 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -774,42 +750,42 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
@@ -818,13 +794,13 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])), "uint16")
 
     return kernel
@@ -840,11 +816,7 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -856,32 +828,32 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
         out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])), "uint16")
 
     return kernel
@@ -898,11 +870,7 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -915,45 +883,45 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
@@ -962,13 +930,13 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])), "uint16")
 
     return kernel
@@ -983,7 +951,7 @@ def build_fp32(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -991,15 +959,15 @@ def build_fp32(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1
         out: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
+                if ((b_t * B_t + i_t) < N_t):
+                    out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -1014,7 +982,7 @@ def build_fp32_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1023,33 +991,33 @@ def build_fp32_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
@@ -1057,8 +1025,8 @@ def build_fp32_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
             for i_t, i_h in T.grid(B_t, B_h):
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-                if (b_t * B_t + i_t) < N_t:
-                    out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
+                if ((b_t * B_t + i_t) < N_t):
+                    out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -1072,8 +1040,7 @@ def build_fp32_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, t
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1082,21 +1049,21 @@ def build_fp32_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, t
         out: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -1111,8 +1078,7 @@ def build_fp32_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1122,39 +1088,39 @@ def build_fp32_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
@@ -1162,8 +1128,8 @@ def build_fp32_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
             for i_t, i_h in T.grid(B_t, B_h):
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -1178,9 +1144,7 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1190,26 +1154,26 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor
         out: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1226,9 +1190,7 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1239,41 +1201,41 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
@@ -1282,11 +1244,11 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1302,10 +1264,7 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1316,29 +1275,29 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
         out: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1355,10 +1314,7 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1370,44 +1326,44 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
@@ -1416,11 +1372,11 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1435,8 +1391,7 @@ def build_fp32_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1445,20 +1400,20 @@ def build_fp32_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads
         out: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1474,8 +1429,7 @@ def build_fp32_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1485,35 +1439,35 @@ def build_fp32_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
@@ -1522,11 +1476,11 @@ def build_fp32_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1541,9 +1495,7 @@ def build_fp32_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, 
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1553,26 +1505,26 @@ def build_fp32_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, 
         out: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1588,9 +1540,7 @@ def build_fp32_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1601,41 +1551,41 @@ def build_fp32_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
@@ -1644,11 +1594,11 @@ def build_fp32_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1664,10 +1614,7 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1678,29 +1625,29 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
         out: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1717,10 +1664,7 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1732,42 +1676,42 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
@@ -1776,13 +1720,13 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1798,11 +1742,7 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1814,32 +1754,32 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
         out: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1856,11 +1796,7 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1873,45 +1809,45 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_h), "float32")
-            b0 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_h), "float32")
-            b = T.alloc_local((B_t, B_h), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_h), 'float32')
+            b0 = T.alloc_local((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_h), 'float32')
+            b = T.alloc_local((B_t, B_h), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
@@ -1920,13 +1856,13 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel

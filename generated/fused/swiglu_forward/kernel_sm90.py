@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
@@ -22,9 +22,9 @@ def build_bf16(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t
     N_h = H
     N_n = 3
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -34,15 +34,15 @@ def build_bf16(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor))), "bfloat16")
+                if ((b_t * B_t + i_t) < N_t):
+                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -55,9 +55,9 @@ def build_bf16_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
     N_n = 3
     B_n = N_n
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t * B_n)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -68,33 +68,33 @@ def build_bf16_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.Parallel(B_n):
@@ -102,8 +102,8 @@ def build_bf16_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
             for i_t, i_h in T.Parallel(B_t, B_h):
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-                if (b_t * B_t + i_t) < N_t:
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor))), "bfloat16")
+                if ((b_t * B_t + i_t) < N_t):
+                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -115,10 +115,9 @@ def build_bf16_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, t
     N_h = H
     N_n = 3
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -129,21 +128,21 @@ def build_bf16_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, t
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor))), "bfloat16")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -156,10 +155,9 @@ def build_bf16_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
     N_n = 3
     B_n = N_n
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t * B_n)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -171,39 +169,39 @@ def build_bf16_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.Parallel(B_n):
@@ -211,8 +209,8 @@ def build_bf16_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
             for i_t, i_h in T.Parallel(B_t, B_h):
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor))), "bfloat16")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -225,11 +223,9 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor
     N_h = H
     N_n = 3
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -241,26 +237,26 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]), "bfloat16")
 
     return kernel
@@ -275,11 +271,9 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
     N_n = 3
     B_n = N_n
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t * B_n)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -292,41 +286,41 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.Parallel(B_n):
@@ -335,11 +329,11 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]), "bfloat16")
 
     return kernel
@@ -353,12 +347,9 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
     N_h = H
     N_n = 3
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -371,29 +362,29 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]), "bfloat16")
 
     return kernel
@@ -408,12 +399,9 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
     N_n = 3
     B_n = N_n
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t * B_n)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -427,44 +415,44 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.Parallel(B_n):
@@ -473,11 +461,11 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]), "bfloat16")
 
     return kernel
@@ -490,10 +478,9 @@ def build_bf16_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads
     N_h = H
     N_n = 3
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -504,20 +491,20 @@ def build_bf16_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]), "bfloat16")
 
     return kernel
@@ -531,10 +518,9 @@ def build_bf16_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
     N_n = 3
     B_n = N_n
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t * B_n)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -546,35 +532,35 @@ def build_bf16_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.Parallel(B_n):
@@ -583,11 +569,11 @@ def build_bf16_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]), "bfloat16")
 
     return kernel
@@ -600,11 +586,9 @@ def build_bf16_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, 
     N_h = H
     N_n = 3
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -616,26 +600,26 @@ def build_bf16_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, 
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]), "bfloat16")
 
     return kernel
@@ -649,11 +633,9 @@ def build_bf16_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
     N_n = 3
     B_n = N_n
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t * B_n)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -666,41 +648,41 @@ def build_bf16_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.Parallel(B_n):
@@ -709,11 +691,11 @@ def build_bf16_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]), "bfloat16")
 
     return kernel
@@ -727,12 +709,9 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
     N_h = H
     N_n = 3
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -745,29 +724,29 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]), "bfloat16")
 
     return kernel
@@ -782,12 +761,9 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
     N_n = 3
     B_n = N_n
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t * B_n)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -801,42 +777,42 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.Parallel(B_n):
@@ -845,13 +821,13 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]), "bfloat16")
 
     return kernel
@@ -865,13 +841,9 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
     N_h = H
     N_n = 3
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -885,32 +857,32 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]), "bfloat16")
 
     return kernel
@@ -925,13 +897,9 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
     N_n = 3
     B_n = N_n
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t * B_n)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -946,45 +914,45 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.Parallel(B_n):
@@ -993,13 +961,13 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]), "bfloat16")
 
     return kernel
@@ -1012,9 +980,9 @@ def build_fp32(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t
     N_h = H
     N_n = 3
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1024,15 +992,15 @@ def build_fp32(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
+                if ((b_t * B_t + i_t) < N_t):
+                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -1045,9 +1013,9 @@ def build_fp32_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
     N_n = 3
     B_n = N_n
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t * B_n)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1058,33 +1026,33 @@ def build_fp32_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.Parallel(B_n):
@@ -1092,8 +1060,8 @@ def build_fp32_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
             for i_t, i_h in T.Parallel(B_t, B_h):
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-                if (b_t * B_t + i_t) < N_t:
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
+                if ((b_t * B_t + i_t) < N_t):
+                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -1105,10 +1073,9 @@ def build_fp32_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, t
     N_h = H
     N_n = 3
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1119,21 +1086,21 @@ def build_fp32_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, t
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -1146,10 +1113,9 @@ def build_fp32_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
     N_n = 3
     B_n = N_n
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t * B_n)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1161,39 +1127,39 @@ def build_fp32_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.Parallel(B_n):
@@ -1201,8 +1167,8 @@ def build_fp32_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
             for i_t, i_h in T.Parallel(B_t, B_h):
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -1215,11 +1181,9 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor
     N_h = H
     N_n = 3
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1231,26 +1195,26 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1265,11 +1229,9 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
     N_n = 3
     B_n = N_n
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t * B_n)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1282,41 +1244,41 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.Parallel(B_n):
@@ -1325,11 +1287,11 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1343,12 +1305,9 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
     N_h = H
     N_n = 3
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1361,29 +1320,29 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1398,12 +1357,9 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
     N_n = 3
     B_n = N_n
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t * B_n)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1417,44 +1373,44 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.Parallel(B_n):
@@ -1463,11 +1419,11 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1480,10 +1436,9 @@ def build_fp32_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads
     N_h = H
     N_n = 3
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1494,20 +1449,20 @@ def build_fp32_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1521,10 +1476,9 @@ def build_fp32_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
     N_n = 3
     B_n = N_n
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t * B_n)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1536,35 +1490,35 @@ def build_fp32_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.Parallel(B_n):
@@ -1573,11 +1527,11 @@ def build_fp32_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1590,11 +1544,9 @@ def build_fp32_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, 
     N_h = H
     N_n = 3
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1606,26 +1558,26 @@ def build_fp32_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, 
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1639,11 +1591,9 @@ def build_fp32_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
     N_n = 3
     B_n = N_n
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t * B_n)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1656,41 +1606,41 @@ def build_fp32_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.Parallel(B_n):
@@ -1699,11 +1649,11 @@ def build_fp32_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1717,12 +1667,9 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
     N_h = H
     N_n = 3
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1735,29 +1682,29 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1772,12 +1719,9 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
     N_n = 3
     B_n = N_n
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t * B_n)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1791,42 +1735,42 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.Parallel(B_n):
@@ -1835,13 +1779,13 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1855,13 +1799,9 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
     N_h = H
     N_n = 3
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1875,32 +1815,32 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1915,13 +1855,9 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
     N_n = 3
     B_n = N_n
     B_t = block_t
-    B_h = pick_block(N_h, max(1, tile_elems // (B_t * B_n)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1936,45 +1872,45 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_h), "float32")
-            b0 = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_h), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_h), "float32")
-            b = T.alloc_fragment((B_t, B_h), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_h), 'float32')
+            b0 = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_h), 'float32')
+            b = T.alloc_fragment((B_t, B_h), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.Parallel(B_n):
@@ -1983,13 +1919,13 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel

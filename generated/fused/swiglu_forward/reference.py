@@ -2,8 +2,8 @@
 # Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `swiglu_forward`: the oracle its kernels are tested against, one function per variant.
 
-It computes on whole tensors, in float32, with the same operations in the same order as the kernels,
-and encodes outputs through the same generated software codecs.
+It runs the statements of the kernels on whole tensors, in float32, with the same operations in the same
+order, and encodes outputs through the same generated software codecs.
 """
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16
@@ -19,10 +19,12 @@ def reference_bf16(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, r
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(out), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * _f32(float(routed_scaling_factor))), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
+        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_bf16_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -35,16 +37,26 @@ def reference_bf16_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_h))
-        _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_h))
-        _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        out = (((a / (_f32(1.0) + _exp((-a)))) * b) * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(out), torch.uint16, torch.bfloat16).reshape(T_, H), clamped_count.to(torch.int64).reshape(3,)
+        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
+        _t2_by_t = _sum(_t2_ones, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
+        _t3_by_t = _sum(_t3_ones, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t4_by_t = _sum(_t4_ones, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * _f32(float(routed_scaling_factor))), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
+        return _s_out, _s_clamped_count
 
 
 def reference_bf16_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -57,12 +69,14 @@ def reference_bf16_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weight
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * _f32(float(routed_scaling_factor))), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_bf16_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -75,8 +89,8 @@ def written_rows_bf16_with_pos_to_expert(x, weights, pos_to_token_topk, topk_wei
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -90,18 +104,28 @@ def reference_bf16_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, 
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        out = (((a / (_f32(1.0) + _exp((-a)))) * b) * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), clamped_count.to(torch.int64).reshape(3,)
+        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t2_by_t = _sum(_t2_ones, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t3_by_t = _sum(_t3_ones, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
+        _t4_by_t = _sum(_t4_ones, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * _f32(float(routed_scaling_factor))), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        return _s_out, _s_clamped_count
 
 
 def written_rows_bf16_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -114,8 +138,8 @@ def written_rows_bf16_with_pos_to_expert_with_clamp(x, weights, pos_to_token_top
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -124,6 +148,7 @@ def reference_bf16_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_t
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -131,14 +156,16 @@ def reference_bf16_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_bf16_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -146,6 +173,7 @@ def written_rows_bf16_with_pos_to_token_topk_with_topk_weights(x, weights, pos_t
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -153,8 +181,8 @@ def written_rows_bf16_with_pos_to_token_topk_with_topk_weights(x, weights, pos_t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -163,6 +191,7 @@ def reference_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weight
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -170,20 +199,30 @@ def reference_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weight
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        out = (((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None])
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), clamped_count.to(torch.int64).reshape(3,)
+        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t2_by_t = _sum(_t2_ones, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t3_by_t = _sum(_t3_ones, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
+        _t4_by_t = _sum(_t4_ones, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        return _s_out, _s_clamped_count
 
 
 def written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -191,6 +230,7 @@ def written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(x, wei
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -198,8 +238,8 @@ def written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(x, wei
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -208,6 +248,7 @@ def reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -215,15 +256,17 @@ def reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -231,6 +274,7 @@ def written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -238,9 +282,9 @@ def written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -249,6 +293,7 @@ def reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_w
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -256,21 +301,31 @@ def reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_w
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        out = (((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None])
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), clamped_count.to(torch.int64).reshape(3,)
+        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t2_by_t = _sum(_t2_ones, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t3_by_t = _sum(_t3_ones, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
+        _t4_by_t = _sum(_t4_ones, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        return _s_out, _s_clamped_count
 
 
 def written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -278,6 +333,7 @@ def written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -285,9 +341,9 @@ def written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -301,12 +357,14 @@ def reference_bf16_with_weights(x, weights, pos_to_token_topk, topk_weights, pos
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        _t5 = weights.to(torch.float32).reshape(N_t,)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _codes_as(encode_bf16(out), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
+        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_bf16_with_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -319,18 +377,28 @@ def reference_bf16_with_weights_with_clamp(x, weights, pos_to_token_topk, topk_w
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_h))
-        _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_h))
-        _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = weights.to(torch.float32).reshape(N_t,)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        out = (((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None])
-        return _codes_as(encode_bf16(out), torch.uint16, torch.bfloat16).reshape(T_, H), clamped_count.to(torch.int64).reshape(3,)
+        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
+        _t2_by_t = _sum(_t2_ones, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
+        _t3_by_t = _sum(_t3_ones, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t4_by_t = _sum(_t4_ones, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
+        return _s_out, _s_clamped_count
 
 
 def reference_bf16_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -343,14 +411,16 @@ def reference_bf16_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_bf16_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -363,8 +433,8 @@ def written_rows_bf16_with_weights_with_pos_to_expert(x, weights, pos_to_token_t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -378,20 +448,30 @@ def reference_bf16_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        out = (((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None])
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), clamped_count.to(torch.int64).reshape(3,)
+        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t2_by_t = _sum(_t2_ones, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t3_by_t = _sum(_t3_ones, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
+        _t4_by_t = _sum(_t4_ones, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        return _s_out, _s_clamped_count
 
 
 def written_rows_bf16_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -404,8 +484,8 @@ def written_rows_bf16_with_weights_with_pos_to_expert_with_clamp(x, weights, pos
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -414,6 +494,7 @@ def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(x, weig
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -421,15 +502,17 @@ def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(x, weig
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -437,6 +520,7 @@ def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(x, w
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -444,8 +528,8 @@ def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(x, w
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -454,6 +538,7 @@ def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_cl
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -461,21 +546,31 @@ def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_cl
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        out = (((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None])
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), clamped_count.to(torch.int64).reshape(3,)
+        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t2_by_t = _sum(_t2_ones, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t3_by_t = _sum(_t3_ones, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
+        _t4_by_t = _sum(_t4_ones, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        return _s_out, _s_clamped_count
 
 
 def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -483,6 +578,7 @@ def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -490,8 +586,8 @@ def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -500,6 +596,7 @@ def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -507,16 +604,18 @@ def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -524,6 +623,7 @@ def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -531,9 +631,9 @@ def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -542,6 +642,7 @@ def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -549,22 +650,32 @@ def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        out = (((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None])
-        return _codes_as(encode_bf16(_kept(out, keep[:, None])), torch.uint16, torch.bfloat16).reshape(T_, H), clamped_count.to(torch.int64).reshape(3,)
+        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t2_by_t = _sum(_t2_ones, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t3_by_t = _sum(_t3_ones, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
+        _t4_by_t = _sum(_t4_ones, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        return _s_out, _s_clamped_count
 
 
 def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -572,6 +683,7 @@ def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -579,9 +691,9 @@ def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -595,10 +707,12 @@ def reference_fp32(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, r
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
-        return out.reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * _f32(float(routed_scaling_factor))), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
+        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_fp32_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -611,16 +725,26 @@ def reference_fp32_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_h))
-        _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_h))
-        _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        out = (((a / (_f32(1.0) + _exp((-a)))) * b) * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
-        return out.reshape(T_, H), clamped_count.to(torch.int64).reshape(3,)
+        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
+        _t2_by_t = _sum(_t2_ones, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
+        _t3_by_t = _sum(_t3_ones, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t4_by_t = _sum(_t4_ones, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * _f32(float(routed_scaling_factor))), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
+        return _s_out, _s_clamped_count
 
 
 def reference_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -633,12 +757,14 @@ def reference_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weight
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
-        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * _f32(float(routed_scaling_factor))), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -651,8 +777,8 @@ def written_rows_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, topk_wei
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -666,18 +792,28 @@ def reference_fp32_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, 
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        out = (((a / (_f32(1.0) + _exp((-a)))) * b) * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
-        return _kept(out, keep[:, None]).reshape(T_, H), clamped_count.to(torch.int64).reshape(3,)
+        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t2_by_t = _sum(_t2_ones, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t3_by_t = _sum(_t3_ones, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
+        _t4_by_t = _sum(_t4_ones, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * _f32(float(routed_scaling_factor))), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        return _s_out, _s_clamped_count
 
 
 def written_rows_fp32_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -690,8 +826,8 @@ def written_rows_fp32_with_pos_to_expert_with_clamp(x, weights, pos_to_token_top
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -700,6 +836,7 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_t
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -707,14 +844,16 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -722,6 +861,7 @@ def written_rows_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos_t
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -729,8 +869,8 @@ def written_rows_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos_t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -739,6 +879,7 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weight
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -746,20 +887,30 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weight
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        out = (((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None])
-        return _kept(out, keep[:, None]).reshape(T_, H), clamped_count.to(torch.int64).reshape(3,)
+        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t2_by_t = _sum(_t2_ones, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t3_by_t = _sum(_t3_ones, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
+        _t4_by_t = _sum(_t4_ones, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        return _s_out, _s_clamped_count
 
 
 def written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -767,6 +918,7 @@ def written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x, wei
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -774,8 +926,8 @@ def written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x, wei
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -784,6 +936,7 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -791,15 +944,17 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -807,6 +962,7 @@ def written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -814,9 +970,9 @@ def written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -825,6 +981,7 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_w
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -832,21 +989,31 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_w
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        out = (((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None])
-        return _kept(out, keep[:, None]).reshape(T_, H), clamped_count.to(torch.int64).reshape(3,)
+        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t2_by_t = _sum(_t2_ones, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t3_by_t = _sum(_t3_ones, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
+        _t4_by_t = _sum(_t4_ones, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        return _s_out, _s_clamped_count
 
 
 def written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -854,6 +1021,7 @@ def written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -861,9 +1029,9 @@ def written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -877,12 +1045,14 @@ def reference_fp32_with_weights(x, weights, pos_to_token_topk, topk_weights, pos
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        _t5 = weights.to(torch.float32).reshape(N_t,)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return out.reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
+        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_fp32_with_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -895,18 +1065,28 @@ def reference_fp32_with_weights_with_clamp(x, weights, pos_to_token_topk, topk_w
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1)
-        _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_h))
-        _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_h))
-        _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = weights.to(torch.float32).reshape(N_t,)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        out = (((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None])
-        return out.reshape(T_, H), clamped_count.to(torch.int64).reshape(3,)
+        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
+        _t2_by_t = _sum(_t2_ones, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
+        _t3_by_t = _sum(_t3_ones, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t4_by_t = _sum(_t4_ones, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
+        return _s_out, _s_clamped_count
 
 
 def reference_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -919,14 +1099,16 @@ def reference_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -939,8 +1121,8 @@ def written_rows_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token_t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -954,20 +1136,30 @@ def reference_fp32_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        out = (((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None])
-        return _kept(out, keep[:, None]).reshape(T_, H), clamped_count.to(torch.int64).reshape(3,)
+        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t2_by_t = _sum(_t2_ones, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t3_by_t = _sum(_t3_ones, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
+        _t4_by_t = _sum(_t4_ones, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        return _s_out, _s_clamped_count
 
 
 def written_rows_fp32_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -980,8 +1172,8 @@ def written_rows_fp32_with_weights_with_pos_to_expert_with_clamp(x, weights, pos
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -990,6 +1182,7 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(x, weig
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -997,15 +1190,17 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(x, weig
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -1013,6 +1208,7 @@ def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(x, w
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -1020,8 +1216,8 @@ def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(x, w
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -1030,6 +1226,7 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_cl
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -1037,21 +1234,31 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_cl
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        out = (((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None])
-        return _kept(out, keep[:, None]).reshape(T_, H), clamped_count.to(torch.int64).reshape(3,)
+        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t2_by_t = _sum(_t2_ones, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t3_by_t = _sum(_t3_ones, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
+        _t4_by_t = _sum(_t4_ones, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        return _s_out, _s_clamped_count
 
 
 def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -1059,6 +1266,7 @@ def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -1066,8 +1274,8 @@ def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -1076,6 +1284,7 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -1083,16 +1292,18 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        out = (((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None])
-        return _kept(out, keep[:, None]).reshape(T_, H), torch.empty(0, dtype=torch.int64, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -1100,6 +1311,7 @@ def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -1107,9 +1319,9 @@ def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -1118,6 +1330,7 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -1125,22 +1338,32 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 0), keep[:, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_h).select(1, 1), keep[:, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None], (N_t, N_h))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None], (N_t, N_h))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        out = (((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None])
-        return _kept(out, keep[:, None]).reshape(T_, H), clamped_count.to(torch.int64).reshape(3,)
+        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        b0 = _fit(torch.where(keep[:, None], _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0), (N_t, N_h))
+        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t2_by_t = _sum(_t2_ones, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        _t3_by_t = _sum(_t3_ones, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
+        _t4_by_t = _sum(_t4_ones, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_h))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        return _s_out, _s_clamped_count
 
 
 def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
@@ -1148,6 +1371,7 @@ def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -1155,9 +1379,9 @@ def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 

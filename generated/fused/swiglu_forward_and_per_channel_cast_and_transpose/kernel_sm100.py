@@ -8,8 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
-from ...common.tilelang_helpers import round_bf16
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
@@ -24,10 +23,10 @@ def build_e4m3_fp32_true(H, group_tokens, clamp, x_dtype, *, threads=256, block_
     N_h = H
     B_r = pad_pow2(N_r)
     B_k = block_k
-    B_h = pick_block(N_h, max(1, tile_elems // (B_k * B_r)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -38,33 +37,34 @@ def build_e4m3_fp32_true(H, group_tokens, clamp, x_dtype, *, threads=256, block_
         with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_k = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_k, B_h), "float32")
-            amax = T.alloc_fragment((B_k, B_h), "float32")
-            inv = T.alloc_fragment((B_k, B_h), "float32")
-            q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn'),), 'float8_e4m3fn')
+            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
+            amax = T.alloc_fragment((B_k, B_h), 'float32')
+            inv = T.alloc_fragment((B_k, B_h), 'float32')
+            q_tile = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act[i_k, i_r, i_h] = ROUND_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h]))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+                act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r), T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)), T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
-                if (b_k * B_k + i_k) < N_k:
+                if ((b_k * B_k + i_k) < N_k):
                     sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
+                inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                q_staged[i_k, i_r, i_h] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
+                q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
+                q_staged[i_k, i_r, i_h] = T.cast(q_tile[i_k, i_r, i_h], "float8_e4m3fn")
             for i_h, i_k, i_r in T.Parallel(B_h, B_k, B_r):
-                if (((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[(b_h * B_h + i_h), ((b_k * B_k + i_k) * N_r + i_r)] = q_staged[i_k, i_r, i_h]
+                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(b_h * B_h + i_h), (((b_k * B_k + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
 
     return kernel
 
@@ -77,10 +77,10 @@ def build_e4m3_fp32_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads=
     N_h = H
     B_r = pad_pow2(N_r)
     B_k = block_k
-    B_h = pick_block(N_h, max(1, tile_elems // (B_k * B_r)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -91,37 +91,38 @@ def build_e4m3_fp32_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads=
         with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_k = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            a = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_k, B_h), "float32")
-            amax = T.alloc_fragment((B_k, B_h), "float32")
-            inv = T.alloc_fragment((B_k, B_h), "float32")
-            q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn'),), 'float8_e4m3fn')
+            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            a = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
+            amax = T.alloc_fragment((B_k, B_h), 'float32')
+            inv = T.alloc_fragment((B_k, B_h), 'float32')
+            q_tile = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
                 b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
-                act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+                act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r), T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)), T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
-                if (b_k * B_k + i_k) < N_k:
+                if ((b_k * B_k + i_k) < N_k):
                     sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
+                inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                q_staged[i_k, i_r, i_h] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
+                q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
+                q_staged[i_k, i_r, i_h] = T.cast(q_tile[i_k, i_r, i_h], "float8_e4m3fn")
             for i_h, i_k, i_r in T.Parallel(B_h, B_k, B_r):
-                if (((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[(b_h * B_h + i_h), ((b_k * B_k + i_k) * N_r + i_r)] = q_staged[i_k, i_r, i_h]
+                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(b_h * B_h + i_h), (((b_k * B_k + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
 
     return kernel
 
@@ -134,10 +135,10 @@ def build_e4m3_fp32_false(H, group_tokens, clamp, x_dtype, *, threads=256, block
     N_h = H
     B_r = pad_pow2(N_r)
     B_k = block_k
-    B_h = pick_block(N_h, max(1, tile_elems // (B_k * B_r)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -148,30 +149,29 @@ def build_e4m3_fp32_false(H, group_tokens, clamp, x_dtype, *, threads=256, block
         with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_k = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_k, B_h), "float32")
-            amax = T.alloc_fragment((B_k, B_h), "float32")
-            inv = T.alloc_fragment((B_k, B_h), "float32")
+            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
+            amax = T.alloc_fragment((B_k, B_h), 'float32')
+            inv = T.alloc_fragment((B_k, B_h), 'float32')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act[i_k, i_r, i_h] = ROUND_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h]))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+                act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r), T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)), T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
-                if (b_k * B_k + i_k) < N_k:
+                if ((b_k * B_k + i_k) < N_k):
                     sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
+                inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                if (((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[((b_k * B_k + i_k) * N_r + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
+                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
 
     return kernel
 
@@ -184,10 +184,10 @@ def build_e4m3_fp32_false_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
     N_h = H
     B_r = pad_pow2(N_r)
     B_k = block_k
-    B_h = pick_block(N_h, max(1, tile_elems // (B_k * B_r)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -198,34 +198,33 @@ def build_e4m3_fp32_false_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
         with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_k = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            a = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_k, B_h), "float32")
-            amax = T.alloc_fragment((B_k, B_h), "float32")
-            inv = T.alloc_fragment((B_k, B_h), "float32")
+            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            a = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
+            amax = T.alloc_fragment((B_k, B_h), 'float32')
+            inv = T.alloc_fragment((B_k, B_h), 'float32')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
                 b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
-                act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+                act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r), T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)), T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
-                if (b_k * B_k + i_k) < N_k:
+                if ((b_k * B_k + i_k) < N_k):
                     sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
+                inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                if (((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[((b_k * B_k + i_k) * N_r + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
+                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
 
     return kernel
 
@@ -238,10 +237,10 @@ def build_e4m3_pow2_true(H, group_tokens, clamp, x_dtype, *, threads=256, block_
     N_h = H
     B_r = pad_pow2(N_r)
     B_k = block_k
-    B_h = pick_block(N_h, max(1, tile_elems // (B_k * B_r)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -252,33 +251,34 @@ def build_e4m3_pow2_true(H, group_tokens, clamp, x_dtype, *, threads=256, block_
         with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_k = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_k, B_h), "float32")
-            amax = T.alloc_fragment((B_k, B_h), "float32")
-            inv = T.alloc_fragment((B_k, B_h), "float32")
-            q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn'),), 'float8_e4m3fn')
+            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
+            amax = T.alloc_fragment((B_k, B_h), 'float32')
+            inv = T.alloc_fragment((B_k, B_h), 'float32')
+            q_tile = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act[i_k, i_r, i_h] = ROUND_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h]))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+                act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r), T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)), T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                inv[i_k, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_k * B_k + i_k) < N_k:
+                if ((b_k * B_k + i_k) < N_k):
                     sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_k, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                q_staged[i_k, i_r, i_h] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
+                q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
+                q_staged[i_k, i_r, i_h] = T.cast(q_tile[i_k, i_r, i_h], "float8_e4m3fn")
             for i_h, i_k, i_r in T.Parallel(B_h, B_k, B_r):
-                if (((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[(b_h * B_h + i_h), ((b_k * B_k + i_k) * N_r + i_r)] = q_staged[i_k, i_r, i_h]
+                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(b_h * B_h + i_h), (((b_k * B_k + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
 
     return kernel
 
@@ -291,10 +291,10 @@ def build_e4m3_pow2_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads=
     N_h = H
     B_r = pad_pow2(N_r)
     B_k = block_k
-    B_h = pick_block(N_h, max(1, tile_elems // (B_k * B_r)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -305,37 +305,38 @@ def build_e4m3_pow2_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads=
         with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_k = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            a = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_k, B_h), "float32")
-            amax = T.alloc_fragment((B_k, B_h), "float32")
-            inv = T.alloc_fragment((B_k, B_h), "float32")
-            q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn'),), 'float8_e4m3fn')
+            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            a = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
+            amax = T.alloc_fragment((B_k, B_h), 'float32')
+            inv = T.alloc_fragment((B_k, B_h), 'float32')
+            q_tile = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
                 b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
-                act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+                act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r), T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)), T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                inv[i_k, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_k * B_k + i_k) < N_k:
+                if ((b_k * B_k + i_k) < N_k):
                     sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_k, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                q_staged[i_k, i_r, i_h] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
+                q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
+                q_staged[i_k, i_r, i_h] = T.cast(q_tile[i_k, i_r, i_h], "float8_e4m3fn")
             for i_h, i_k, i_r in T.Parallel(B_h, B_k, B_r):
-                if (((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[(b_h * B_h + i_h), ((b_k * B_k + i_k) * N_r + i_r)] = q_staged[i_k, i_r, i_h]
+                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(b_h * B_h + i_h), (((b_k * B_k + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
 
     return kernel
 
@@ -348,10 +349,10 @@ def build_e4m3_pow2_false(H, group_tokens, clamp, x_dtype, *, threads=256, block
     N_h = H
     B_r = pad_pow2(N_r)
     B_k = block_k
-    B_h = pick_block(N_h, max(1, tile_elems // (B_k * B_r)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -362,30 +363,29 @@ def build_e4m3_pow2_false(H, group_tokens, clamp, x_dtype, *, threads=256, block
         with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_k = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_k, B_h), "float32")
-            amax = T.alloc_fragment((B_k, B_h), "float32")
-            inv = T.alloc_fragment((B_k, B_h), "float32")
+            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
+            amax = T.alloc_fragment((B_k, B_h), 'float32')
+            inv = T.alloc_fragment((B_k, B_h), 'float32')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act[i_k, i_r, i_h] = ROUND_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h]))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+                act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r), T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)), T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                inv[i_k, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_k * B_k + i_k) < N_k:
+                if ((b_k * B_k + i_k) < N_k):
                     sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_k, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                if (((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[((b_k * B_k + i_k) * N_r + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
+                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
 
     return kernel
 
@@ -398,10 +398,10 @@ def build_e4m3_pow2_false_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
     N_h = H
     B_r = pad_pow2(N_r)
     B_k = block_k
-    B_h = pick_block(N_h, max(1, tile_elems // (B_k * B_r)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -412,34 +412,33 @@ def build_e4m3_pow2_false_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
         with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_k = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            a = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_k, B_h), "float32")
-            amax = T.alloc_fragment((B_k, B_h), "float32")
-            inv = T.alloc_fragment((B_k, B_h), "float32")
+            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            a = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
+            amax = T.alloc_fragment((B_k, B_h), 'float32')
+            inv = T.alloc_fragment((B_k, B_h), 'float32')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
                 b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
-                act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+                act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r), T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)), T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                inv[i_k, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_k * B_k + i_k) < N_k:
+                if ((b_k * B_k + i_k) < N_k):
                     sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_k, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                if (((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[((b_k * B_k + i_k) * N_r + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
+                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
 
     return kernel
 
@@ -450,12 +449,14 @@ def build_e4m3_ue8m0_true(H, group_tokens, clamp, x_dtype, *, threads=256, block
     N_r = group_tokens
     N_s = 2
     N_h = H
+    N_h_p = T.ceildiv(N_h, 4)
     B_r = pad_pow2(N_r)
     B_k = block_k
-    B_h = pick_block(N_h, max(1, tile_elems // (B_k * B_r)), 4)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 4)
+    B_h_p = T.ceildiv(B_h, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -466,37 +467,40 @@ def build_e4m3_ue8m0_true(H, group_tokens, clamp, x_dtype, *, threads=256, block
         with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_k = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_k, B_h), "float32")
-            amax = T.alloc_fragment((B_k, B_h), "float32")
-            sf_codes = T.alloc_shared((B_k, B_h), "uint32")
-            inv = T.alloc_fragment((B_k, B_h), "float32")
-            q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn'),), 'float8_e4m3fn')
+            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
+            amax = T.alloc_fragment((B_k, B_h), 'float32')
+            sf_tile = T.alloc_fragment((B_k, B_h), 'float32')
+            sf_codes = T.alloc_shared((B_k, B_h), 'uint32')
+            inv = T.alloc_fragment((B_k, B_h), 'float32')
+            q_tile = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act[i_k, i_r, i_h] = ROUND_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h]))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+                act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r), T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)), T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_codes[i_k, i_h] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_k, i_hp in T.Parallel(B_k, T.ceildiv(B_h, 4)):
-                if (b_k * B_k + i_k) < N_k:
-                    sf[(b_k * B_k + i_k), b_h * T.ceildiv(B_h, 4) + i_hp] = T.reinterpret((T.if_then_else(b_h * B_h + i_hp * 4 + 0 < N_h, sf_codes[i_k, i_hp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 1 < N_h, sf_codes[i_k, i_hp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 2 < N_h, sf_codes[i_k, i_hp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 3 < N_h, sf_codes[i_k, i_hp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_k, i_h_p in T.Parallel(B_k, B_h_p):
+                if ((b_k * B_k + i_k) < N_k):
+                    sf[(b_k * B_k + i_k), (b_h * B_h_p + i_h_p)] = T.reinterpret((((T.if_then_else((((b_h * B_h_p + i_h_p) * T.int32(4)) < N_h), sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(1)) < N_h), sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(2)) < N_h), sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(3)) < N_h), sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_k, i_h in T.Parallel(B_k, B_h):
                 inv[i_k, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                q_staged[i_k, i_r, i_h] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
+                q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
+                q_staged[i_k, i_r, i_h] = T.cast(q_tile[i_k, i_r, i_h], "float8_e4m3fn")
             for i_h, i_k, i_r in T.Parallel(B_h, B_k, B_r):
-                if (((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[(b_h * B_h + i_h), ((b_k * B_k + i_k) * N_r + i_r)] = q_staged[i_k, i_r, i_h]
+                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(b_h * B_h + i_h), (((b_k * B_k + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
 
     return kernel
 
@@ -507,12 +511,14 @@ def build_e4m3_ue8m0_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
     N_r = group_tokens
     N_s = 2
     N_h = H
+    N_h_p = T.ceildiv(N_h, 4)
     B_r = pad_pow2(N_r)
     B_k = block_k
-    B_h = pick_block(N_h, max(1, tile_elems // (B_k * B_r)), 4)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 4)
+    B_h_p = T.ceildiv(B_h, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -523,41 +529,44 @@ def build_e4m3_ue8m0_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
         with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_k = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            a = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_k, B_h), "float32")
-            amax = T.alloc_fragment((B_k, B_h), "float32")
-            sf_codes = T.alloc_shared((B_k, B_h), "uint32")
-            inv = T.alloc_fragment((B_k, B_h), "float32")
-            q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn'),), 'float8_e4m3fn')
+            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            a = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
+            amax = T.alloc_fragment((B_k, B_h), 'float32')
+            sf_tile = T.alloc_fragment((B_k, B_h), 'float32')
+            sf_codes = T.alloc_shared((B_k, B_h), 'uint32')
+            inv = T.alloc_fragment((B_k, B_h), 'float32')
+            q_tile = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
                 b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
-                act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+                act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r), T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)), T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_codes[i_k, i_h] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_k, i_hp in T.Parallel(B_k, T.ceildiv(B_h, 4)):
-                if (b_k * B_k + i_k) < N_k:
-                    sf[(b_k * B_k + i_k), b_h * T.ceildiv(B_h, 4) + i_hp] = T.reinterpret((T.if_then_else(b_h * B_h + i_hp * 4 + 0 < N_h, sf_codes[i_k, i_hp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 1 < N_h, sf_codes[i_k, i_hp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 2 < N_h, sf_codes[i_k, i_hp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 3 < N_h, sf_codes[i_k, i_hp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_k, i_h_p in T.Parallel(B_k, B_h_p):
+                if ((b_k * B_k + i_k) < N_k):
+                    sf[(b_k * B_k + i_k), (b_h * B_h_p + i_h_p)] = T.reinterpret((((T.if_then_else((((b_h * B_h_p + i_h_p) * T.int32(4)) < N_h), sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(1)) < N_h), sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(2)) < N_h), sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(3)) < N_h), sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_k, i_h in T.Parallel(B_k, B_h):
                 inv[i_k, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                q_staged[i_k, i_r, i_h] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
+                q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
+                q_staged[i_k, i_r, i_h] = T.cast(q_tile[i_k, i_r, i_h], "float8_e4m3fn")
             for i_h, i_k, i_r in T.Parallel(B_h, B_k, B_r):
-                if (((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[(b_h * B_h + i_h), ((b_k * B_k + i_k) * N_r + i_r)] = q_staged[i_k, i_r, i_h]
+                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(b_h * B_h + i_h), (((b_k * B_k + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
 
     return kernel
 
@@ -568,12 +577,14 @@ def build_e4m3_ue8m0_false(H, group_tokens, clamp, x_dtype, *, threads=256, bloc
     N_r = group_tokens
     N_s = 2
     N_h = H
+    N_h_p = T.ceildiv(N_h, 4)
     B_r = pad_pow2(N_r)
     B_k = block_k
-    B_h = pick_block(N_h, max(1, tile_elems // (B_k * B_r)), 4)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 4)
+    B_h_p = T.ceildiv(B_h, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -584,34 +595,35 @@ def build_e4m3_ue8m0_false(H, group_tokens, clamp, x_dtype, *, threads=256, bloc
         with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_k = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_k, B_h), "float32")
-            amax = T.alloc_fragment((B_k, B_h), "float32")
-            sf_codes = T.alloc_shared((B_k, B_h), "uint32")
-            inv = T.alloc_fragment((B_k, B_h), "float32")
+            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
+            amax = T.alloc_fragment((B_k, B_h), 'float32')
+            sf_tile = T.alloc_fragment((B_k, B_h), 'float32')
+            sf_codes = T.alloc_shared((B_k, B_h), 'uint32')
+            inv = T.alloc_fragment((B_k, B_h), 'float32')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act[i_k, i_r, i_h] = ROUND_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h]))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+                act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r), T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)), T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_codes[i_k, i_h] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_k, i_hp in T.Parallel(B_k, T.ceildiv(B_h, 4)):
-                if (b_k * B_k + i_k) < N_k:
-                    sf[(b_k * B_k + i_k), b_h * T.ceildiv(B_h, 4) + i_hp] = T.reinterpret((T.if_then_else(b_h * B_h + i_hp * 4 + 0 < N_h, sf_codes[i_k, i_hp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 1 < N_h, sf_codes[i_k, i_hp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 2 < N_h, sf_codes[i_k, i_hp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 3 < N_h, sf_codes[i_k, i_hp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_k, i_h_p in T.Parallel(B_k, B_h_p):
+                if ((b_k * B_k + i_k) < N_k):
+                    sf[(b_k * B_k + i_k), (b_h * B_h_p + i_h_p)] = T.reinterpret((((T.if_then_else((((b_h * B_h_p + i_h_p) * T.int32(4)) < N_h), sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(1)) < N_h), sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(2)) < N_h), sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(3)) < N_h), sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_k, i_h in T.Parallel(B_k, B_h):
                 inv[i_k, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                if (((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[((b_k * B_k + i_k) * N_r + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
+                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
 
     return kernel
 
@@ -622,12 +634,14 @@ def build_e4m3_ue8m0_false_with_clamp(H, group_tokens, clamp, x_dtype, *, thread
     N_r = group_tokens
     N_s = 2
     N_h = H
+    N_h_p = T.ceildiv(N_h, 4)
     B_r = pad_pow2(N_r)
     B_k = block_k
-    B_h = pick_block(N_h, max(1, tile_elems // (B_k * B_r)), 4)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 4)
+    B_h_p = T.ceildiv(B_h, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -638,37 +652,38 @@ def build_e4m3_ue8m0_false_with_clamp(H, group_tokens, clamp, x_dtype, *, thread
         with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_k = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b0 = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            a = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            b = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_k, B_h), "float32")
-            amax = T.alloc_fragment((B_k, B_h), "float32")
-            sf_codes = T.alloc_shared((B_k, B_h), "uint32")
-            inv = T.alloc_fragment((B_k, B_h), "float32")
+            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            a = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            b = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
+            amax = T.alloc_fragment((B_k, B_h), 'float32')
+            sf_tile = T.alloc_fragment((B_k, B_h), 'float32')
+            sf_codes = T.alloc_shared((B_k, B_h), 'uint32')
+            inv = T.alloc_fragment((B_k, B_h), 'float32')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (0 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_k * B_k + i_k) * N_r + i_r), (1 * N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
                 b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
-                act[i_k, i_r, i_h] = ROUND_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h]))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.if_then_else((((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r), act[i_k, i_r, i_h], T.float32(0.0))
+                act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r), T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)), T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_codes[i_k, i_h] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_k, i_hp in T.Parallel(B_k, T.ceildiv(B_h, 4)):
-                if (b_k * B_k + i_k) < N_k:
-                    sf[(b_k * B_k + i_k), b_h * T.ceildiv(B_h, 4) + i_hp] = T.reinterpret((T.if_then_else(b_h * B_h + i_hp * 4 + 0 < N_h, sf_codes[i_k, i_hp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 1 < N_h, sf_codes[i_k, i_hp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 2 < N_h, sf_codes[i_k, i_hp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 3 < N_h, sf_codes[i_k, i_hp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_k, i_h_p in T.Parallel(B_k, B_h_p):
+                if ((b_k * B_k + i_k) < N_k):
+                    sf[(b_k * B_k + i_k), (b_h * B_h_p + i_h_p)] = T.reinterpret((((T.if_then_else((((b_h * B_h_p + i_h_p) * T.int32(4)) < N_h), sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(1)) < N_h), sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(2)) < N_h), sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(3)) < N_h), sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_k, i_h in T.Parallel(B_k, B_h):
                 inv[i_k, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                if (((b_k * B_k + i_k) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[((b_k * B_k + i_k) * N_r + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
+                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
 
     return kernel

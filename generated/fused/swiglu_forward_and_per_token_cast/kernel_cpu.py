@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16, encode_e4m3
 
 TARGET = 'c'
@@ -27,7 +27,7 @@ def build_e4m3_fp32(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -36,32 +36,31 @@ def build_e4m3_fp32(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -78,7 +77,7 @@ def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -88,44 +87,44 @@ def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -135,18 +134,17 @@ def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -162,8 +160,7 @@ def build_e4m3_fp32_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -173,38 +170,37 @@ def build_e4m3_fp32_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -221,8 +217,7 @@ def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -233,50 +228,50 @@ def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -286,18 +281,17 @@ def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -314,9 +308,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -327,44 +319,43 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -382,9 +373,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -396,52 +385,52 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -451,23 +440,22 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -484,10 +472,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -499,47 +484,46 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -557,10 +541,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -573,55 +554,55 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -631,23 +612,22 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -663,8 +643,7 @@ def build_e4m3_fp32_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -674,38 +653,37 @@ def build_e4m3_fp32_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -722,8 +700,7 @@ def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, cla
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -734,46 +711,46 @@ def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, cla
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -783,23 +760,22 @@ def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, cla
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -815,9 +791,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -828,44 +802,43 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -882,9 +855,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -896,52 +867,52 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -951,23 +922,22 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -984,10 +954,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -999,47 +966,46 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1057,10 +1023,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1073,53 +1036,53 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -1129,25 +1092,24 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1164,11 +1126,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1181,50 +1139,49 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1242,11 +1199,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1260,56 +1213,56 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -1319,25 +1272,24 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1353,7 +1305,7 @@ def build_e4m3_pow2(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1362,32 +1314,31 @@ def build_e4m3_pow2(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1404,7 +1355,7 @@ def build_e4m3_pow2_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1414,44 +1365,44 @@ def build_e4m3_pow2_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -1461,18 +1412,17 @@ def build_e4m3_pow2_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1488,8 +1438,7 @@ def build_e4m3_pow2_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1499,38 +1448,37 @@ def build_e4m3_pow2_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1547,8 +1495,7 @@ def build_e4m3_pow2_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1559,50 +1506,50 @@ def build_e4m3_pow2_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -1612,18 +1559,17 @@ def build_e4m3_pow2_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1640,9 +1586,7 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1653,44 +1597,43 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1708,9 +1651,7 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1722,52 +1663,52 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -1777,23 +1718,22 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1810,10 +1750,7 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1825,47 +1762,46 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1883,10 +1819,7 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1899,55 +1832,55 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -1957,23 +1890,22 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1989,8 +1921,7 @@ def build_e4m3_pow2_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2000,38 +1931,37 @@ def build_e4m3_pow2_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2048,8 +1978,7 @@ def build_e4m3_pow2_with_weights_with_clamp(H, group, routed_scaling_factor, cla
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2060,46 +1989,46 @@ def build_e4m3_pow2_with_weights_with_clamp(H, group, routed_scaling_factor, cla
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -2109,23 +2038,22 @@ def build_e4m3_pow2_with_weights_with_clamp(H, group, routed_scaling_factor, cla
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2141,9 +2069,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2154,44 +2080,43 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2208,9 +2133,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2222,52 +2145,52 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -2277,23 +2200,22 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2310,10 +2232,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2325,47 +2244,46 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2383,10 +2301,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2399,53 +2314,53 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -2455,25 +2370,24 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2490,11 +2404,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2507,50 +2417,49 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2568,11 +2477,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
     B_n = N_n
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2586,56 +2491,56 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -2645,25 +2550,24 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2675,11 +2579,13 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2688,36 +2594,37 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
         sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2729,12 +2636,14 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_n = N_n
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2744,45 +2653,46 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -2792,21 +2702,21 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2818,12 +2728,13 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2833,42 +2744,43 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
         sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2880,13 +2792,14 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_n = N_n
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2897,51 +2810,52 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -2951,21 +2865,21 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2978,13 +2892,13 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2995,48 +2909,49 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
         sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -3049,14 +2964,14 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_n = N_n
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3068,53 +2983,54 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -3124,26 +3040,26 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -3156,14 +3072,13 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3175,51 +3090,52 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
         sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -3232,15 +3148,14 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_n = N_n
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3253,56 +3168,57 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -3312,26 +3228,26 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -3343,12 +3259,13 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3358,42 +3275,43 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
         sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -3405,13 +3323,14 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_n = N_n
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3422,47 +3341,48 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -3472,26 +3392,26 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -3503,13 +3423,13 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3520,48 +3440,49 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
         sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -3573,14 +3494,14 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_n = N_n
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3592,53 +3513,54 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -3648,26 +3570,26 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -3680,14 +3602,13 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3699,51 +3620,52 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
         sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -3756,15 +3678,14 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_n = N_n
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3777,54 +3698,55 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -3834,28 +3756,28 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -3868,15 +3790,13 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3889,54 +3809,55 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
         sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -3949,16 +3870,14 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_n = N_n
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3972,57 +3891,58 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), "int32")
-            _t1 = T.alloc_local((B_t,), "int32")
-            keep = T.alloc_local((B_t,), "bool")
-            a0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((1,), "int32")
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_local((B_t,), "int32")
-            _t3 = T.alloc_local((1,), "int32")
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_local((B_t,), "int32")
-            _t4 = T.alloc_local((1,), "int32")
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_local((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_local((B_t,), "int32")
-            a = T.alloc_local((B_t, B_g, B_c), "float32")
-            b = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t,), "float32")
-            _t6 = T.alloc_local((B_t,), "float32")
-            w = T.alloc_local((B_t,), "float32")
-            act = T.alloc_local((B_t, B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t,), 'int32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            keep = T.alloc_local((B_t,), 'bool')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_local((B_t,), 'int32')
+            _t2 = T.alloc_local((1,), 'int32')
+            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_local((B_t,), 'int32')
+            _t3 = T.alloc_local((1,), 'int32')
+            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_local((B_t,), 'int32')
+            _t4 = T.alloc_local((1,), 'int32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t,), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -4032,27 +3952,27 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
@@ -24,9 +24,9 @@ def build_e4m3_fp32(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
     N_n = 3
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -37,32 +37,29 @@ def build_e4m3_fp32(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -77,9 +74,9 @@ def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -91,44 +88,43 @@ def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -138,18 +134,16 @@ def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -163,10 +157,9 @@ def build_e4m3_fp32_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
     N_n = 3
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -178,38 +171,35 @@ def build_e4m3_fp32_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -224,10 +214,9 @@ def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -240,50 +229,49 @@ def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -293,18 +281,16 @@ def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -319,11 +305,9 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
     N_n = 3
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -336,44 +320,41 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -389,11 +370,9 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -407,52 +386,51 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -462,23 +440,21 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -493,12 +469,9 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
     N_n = 3
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -512,47 +485,44 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -568,12 +538,9 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -588,55 +555,54 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -646,23 +612,21 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -676,10 +640,9 @@ def build_e4m3_fp32_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
     N_n = 3
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -691,38 +654,35 @@ def build_e4m3_fp32_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -737,10 +697,9 @@ def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, cla
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -753,46 +712,45 @@ def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, cla
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -802,23 +760,21 @@ def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, cla
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -832,11 +788,9 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
     N_n = 3
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -849,44 +803,41 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -901,11 +852,9 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -919,52 +868,51 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -974,23 +922,21 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1005,12 +951,9 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
     N_n = 3
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1024,47 +967,44 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1080,12 +1020,9 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1100,53 +1037,52 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -1156,25 +1092,23 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1189,13 +1123,9 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
     N_n = 3
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1210,50 +1140,47 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1269,13 +1196,9 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1291,56 +1214,55 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -1350,25 +1272,23 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1382,9 +1302,9 @@ def build_e4m3_pow2(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
     N_n = 3
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1395,32 +1315,29 @@ def build_e4m3_pow2(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1435,9 +1352,9 @@ def build_e4m3_pow2_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1449,44 +1366,43 @@ def build_e4m3_pow2_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -1496,18 +1412,16 @@ def build_e4m3_pow2_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1521,10 +1435,9 @@ def build_e4m3_pow2_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
     N_n = 3
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1536,38 +1449,35 @@ def build_e4m3_pow2_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1582,10 +1492,9 @@ def build_e4m3_pow2_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1598,50 +1507,49 @@ def build_e4m3_pow2_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -1651,18 +1559,16 @@ def build_e4m3_pow2_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1677,11 +1583,9 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
     N_n = 3
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1694,44 +1598,41 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1747,11 +1648,9 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1765,52 +1664,51 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -1820,23 +1718,21 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1851,12 +1747,9 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
     N_n = 3
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1870,47 +1763,44 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1926,12 +1816,9 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -1946,55 +1833,54 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -2004,23 +1890,21 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2034,10 +1918,9 @@ def build_e4m3_pow2_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
     N_n = 3
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2049,38 +1932,35 @@ def build_e4m3_pow2_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2095,10 +1975,9 @@ def build_e4m3_pow2_with_weights_with_clamp(H, group, routed_scaling_factor, cla
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2111,46 +1990,45 @@ def build_e4m3_pow2_with_weights_with_clamp(H, group, routed_scaling_factor, cla
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -2160,23 +2038,21 @@ def build_e4m3_pow2_with_weights_with_clamp(H, group, routed_scaling_factor, cla
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2190,11 +2066,9 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
     N_n = 3
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2207,44 +2081,41 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2259,11 +2130,9 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2277,52 +2146,51 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -2332,23 +2200,21 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2363,12 +2229,9 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
     N_n = 3
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2382,47 +2245,44 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2438,12 +2298,9 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2458,53 +2315,52 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -2514,25 +2370,23 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2547,13 +2401,9 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
     N_n = 3
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2568,50 +2418,47 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2627,13 +2474,9 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2649,56 +2492,55 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -2708,25 +2550,23 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2738,11 +2578,13 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2753,36 +2595,35 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2794,12 +2635,14 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2811,45 +2654,45 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -2859,21 +2702,20 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2885,12 +2727,13 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2902,42 +2745,41 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2949,13 +2791,14 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -2968,51 +2811,51 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -3022,21 +2865,20 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * ((T.float32(1.0) * T.float32(1.0)) * T.float32(routed_scaling_factor)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -3049,13 +2891,13 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3068,48 +2910,47 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -3122,14 +2963,14 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3143,53 +2984,53 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -3199,26 +3040,25 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -3231,14 +3071,13 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3252,51 +3091,50 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -3309,15 +3147,14 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3332,56 +3169,56 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -3391,26 +3228,25 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((T.float32(1.0) * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -3422,12 +3258,13 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3439,42 +3276,41 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -3486,13 +3322,14 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3505,47 +3342,47 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -3555,26 +3392,25 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -3586,13 +3422,13 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3605,48 +3441,47 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -3658,14 +3493,14 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3679,53 +3514,53 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -3735,26 +3570,25 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * T.float32(1.0)) * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -3767,14 +3601,13 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3788,51 +3621,50 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -3845,15 +3677,14 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3868,54 +3699,54 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -3925,28 +3756,27 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -3959,15 +3789,13 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -3982,54 +3810,53 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -4042,16 +3869,14 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c * B_n)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weights = lambda v: v
-    LOAD_pos_to_token_topk = lambda v: T.cast(v, "int32")
-    LOAD_topk_weights = lambda v: v
-    LOAD_pos_to_expert = lambda v: T.cast(v, "int32")
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -4067,57 +3892,57 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), "int32")
-            _t1 = T.alloc_fragment((B_t,), "int32")
-            keep = T.alloc_fragment((B_t,), "bool")
-            a0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((1,), "int32")
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t2_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t2_by_t = T.alloc_fragment((B_t,), "int32")
-            _t3 = T.alloc_fragment((1,), "int32")
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t3_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t3_by_t = T.alloc_fragment((B_t,), "int32")
-            _t4 = T.alloc_fragment((1,), "int32")
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), "int32")
-            _t4_by_g = T.alloc_fragment((B_t, B_g), "int32")
-            _t4_by_t = T.alloc_fragment((B_t,), "int32")
-            a = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            b = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t,), "float32")
-            _t6 = T.alloc_fragment((B_t,), "float32")
-            w = T.alloc_fragment((B_t,), "float32")
-            act = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t7 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            keep = T.alloc_fragment((B_t,), 'bool')
+            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t2 = T.alloc_fragment((1,), 'int32')
+            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t3 = T.alloc_fragment((1,), 'int32')
+            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
+            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
+            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+            _t4 = T.alloc_fragment((1,), 'int32')
+            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t,), 'float32')
+            _t6 = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t,), 'float32')
+            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_expert(pos_to_expert[(b_t * B_t + i_t)]), T.int32(0))
+                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_pos_to_token_topk(pos_to_token_topk[(b_t * B_t + i_t)]), T.int32(0))
+                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((0 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((1 * N_g + (b_g * B_g + i_g)) * N_c + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))), LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c), T.if_then_else((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -4127,27 +3952,26 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]), LOAD_weights(weights[(b_t * B_t + i_t)]), T.float32(0.0))
+                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (_t1[i_t] >= 0) & (_t1[i_t] < n_topk_weights), LOAD_topk_weights(topk_weights[_t1[i_t]]), T.float32(0.0))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
+            T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]):
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (keep[i_t]) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel

@@ -2,8 +2,8 @@
 # Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `swiglu_forward_and_per_token_cast`: the oracle its kernels are tested against, one function per variant.
 
-It computes on whole tensors, in float32, with the same operations in the same order as the kernels,
-and encodes outputs through the same generated software codecs.
+It runs the statements of the kernels on whole tensors, in float32, with the same operations in the same
+order, and encodes outputs through the same generated software codecs.
 """
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_e4m3
@@ -20,16 +20,20 @@ def reference_e4m3_fp32(x, weights, pos_to_token_topk, topk_weights, pos_to_expe
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        b0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_e4m3_fp32_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -43,22 +47,37 @@ def reference_e4m3_fp32_with_clamp(x, weights, pos_to_token_topk, topk_weights, 
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
-        _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_g, N_c))
-        _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_g, N_c))
-        _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        b0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def reference_e4m3_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -72,18 +91,22 @@ def reference_e4m3_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, topk_w
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -97,8 +120,8 @@ def written_rows_e4m3_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, top
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -113,24 +136,39 @@ def reference_e4m3_fp32_with_pos_to_expert_with_clamp(x, weights, pos_to_token_t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_fp32_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -144,8 +182,8 @@ def written_rows_e4m3_fp32_with_pos_to_expert_with_clamp(x, weights, pos_to_toke
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -154,6 +192,7 @@ def reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -162,20 +201,24 @@ def reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -183,6 +226,7 @@ def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, 
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -191,8 +235,8 @@ def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, 
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -201,6 +245,7 @@ def reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x, w
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -209,26 +254,41 @@ def reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x, w
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -236,6 +296,7 @@ def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -244,8 +305,8 @@ def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -254,6 +315,7 @@ def reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_exp
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -262,21 +324,25 @@ def reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_exp
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -284,6 +350,7 @@ def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -292,9 +359,9 @@ def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -303,6 +370,7 @@ def reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_exp
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -311,27 +379,42 @@ def reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_exp
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -339,6 +422,7 @@ def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -347,9 +431,9 @@ def written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -364,18 +448,22 @@ def reference_e4m3_fp32_with_weights(x, weights, pos_to_token_topk, topk_weights
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
-        _t5 = weights.to(torch.float32).reshape(N_t,)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        b0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_e4m3_fp32_with_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -389,24 +477,39 @@ def reference_e4m3_fp32_with_weights_with_clamp(x, weights, pos_to_token_topk, t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
-        _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_g, N_c))
-        _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_g, N_c))
-        _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = weights.to(torch.float32).reshape(N_t,)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        b0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def reference_e4m3_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -420,20 +523,24 @@ def reference_e4m3_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -447,8 +554,8 @@ def written_rows_e4m3_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_to
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -463,26 +570,41 @@ def reference_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(x, weights, p
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -496,8 +618,8 @@ def written_rows_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(x, weights
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -506,6 +628,7 @@ def reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(x,
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -514,21 +637,25 @@ def reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(x,
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -536,6 +663,7 @@ def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -544,8 +672,8 @@ def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -554,6 +682,7 @@ def reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -562,27 +691,42 @@ def reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -590,6 +734,7 @@ def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -598,8 +743,8 @@ def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -608,6 +753,7 @@ def reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -616,22 +762,26 @@ def reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -639,6 +789,7 @@ def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -647,9 +798,9 @@ def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -658,6 +809,7 @@ def reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -666,28 +818,43 @@ def reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -695,6 +862,7 @@ def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -703,9 +871,9 @@ def written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -720,16 +888,20 @@ def reference_e4m3_pow2(x, weights, pos_to_token_topk, topk_weights, pos_to_expe
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        b0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_e4m3_pow2_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -743,22 +915,37 @@ def reference_e4m3_pow2_with_clamp(x, weights, pos_to_token_topk, topk_weights, 
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
-        _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_g, N_c))
-        _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_g, N_c))
-        _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        b0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def reference_e4m3_pow2_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -772,18 +959,22 @@ def reference_e4m3_pow2_with_pos_to_expert(x, weights, pos_to_token_topk, topk_w
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_pow2_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -797,8 +988,8 @@ def written_rows_e4m3_pow2_with_pos_to_expert(x, weights, pos_to_token_topk, top
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -813,24 +1004,39 @@ def reference_e4m3_pow2_with_pos_to_expert_with_clamp(x, weights, pos_to_token_t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_pow2_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -844,8 +1050,8 @@ def written_rows_e4m3_pow2_with_pos_to_expert_with_clamp(x, weights, pos_to_toke
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -854,6 +1060,7 @@ def reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(x, weights, pos
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -862,20 +1069,24 @@ def reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(x, weights, pos
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -883,6 +1094,7 @@ def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(x, weights, 
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -891,8 +1103,8 @@ def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(x, weights, 
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -901,6 +1113,7 @@ def reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(x, w
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -909,26 +1122,41 @@ def reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(x, w
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -936,6 +1164,7 @@ def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(x
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -944,8 +1173,8 @@ def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(x
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -954,6 +1183,7 @@ def reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_exp
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -962,21 +1192,25 @@ def reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_exp
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -984,6 +1218,7 @@ def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -992,9 +1227,9 @@ def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -1003,6 +1238,7 @@ def reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_exp
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -1011,27 +1247,42 @@ def reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_exp
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1039,6 +1290,7 @@ def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -1047,9 +1299,9 @@ def written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -1064,18 +1316,22 @@ def reference_e4m3_pow2_with_weights(x, weights, pos_to_token_topk, topk_weights
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
-        _t5 = weights.to(torch.float32).reshape(N_t,)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        b0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_e4m3_pow2_with_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1089,24 +1345,39 @@ def reference_e4m3_pow2_with_weights_with_clamp(x, weights, pos_to_token_topk, t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
-        _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_g, N_c))
-        _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_g, N_c))
-        _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = weights.to(torch.float32).reshape(N_t,)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        b0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def reference_e4m3_pow2_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1120,20 +1391,24 @@ def reference_e4m3_pow2_with_weights_with_pos_to_expert(x, weights, pos_to_token
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_pow2_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1147,8 +1422,8 @@ def written_rows_e4m3_pow2_with_weights_with_pos_to_expert(x, weights, pos_to_to
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -1163,26 +1438,41 @@ def reference_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(x, weights, p
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1196,8 +1486,8 @@ def written_rows_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(x, weights
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -1206,6 +1496,7 @@ def reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(x,
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -1214,21 +1505,25 @@ def reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(x,
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1236,6 +1531,7 @@ def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -1244,8 +1540,8 @@ def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -1254,6 +1550,7 @@ def reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -1262,27 +1559,42 @@ def reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1290,6 +1602,7 @@ def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -1298,8 +1611,8 @@ def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -1308,6 +1621,7 @@ def reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -1316,22 +1630,26 @@ def reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1339,6 +1657,7 @@ def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -1347,9 +1666,9 @@ def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -1358,6 +1677,7 @@ def reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -1366,28 +1686,43 @@ def reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_wi
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _kept(sf, keep[:, None]).reshape(T_, (H // group)), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1395,6 +1730,7 @@ def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -1403,9 +1739,9 @@ def written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -1417,19 +1753,25 @@ def reference_e4m3_ue8m0(x, weights, pos_to_token_topk, topk_weights, pos_to_exp
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        b0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_e4m3_ue8m0_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1440,25 +1782,42 @@ def reference_e4m3_ue8m0_with_clamp(x, weights, pos_to_token_topk, topk_weights,
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
-        _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_g, N_c))
-        _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_g, N_c))
-        _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        b0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def reference_e4m3_ue8m0_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1469,21 +1828,27 @@ def reference_e4m3_ue8m0_with_pos_to_expert(x, weights, pos_to_token_topk, topk_
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_ue8m0_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1494,11 +1859,12 @@ def written_rows_e4m3_ue8m0_with_pos_to_expert(x, weights, pos_to_token_topk, to
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -1510,27 +1876,44 @@ def reference_e4m3_ue8m0_with_pos_to_expert_with_clamp(x, weights, pos_to_token_
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * ((_f32(1.0) * _f32(1.0)) * _f32(float(routed_scaling_factor))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_ue8m0_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1541,11 +1924,12 @@ def written_rows_e4m3_ue8m0_with_pos_to_expert_with_clamp(x, weights, pos_to_tok
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -1554,28 +1938,35 @@ def reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(x, weights, po
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1583,16 +1974,18 @@ def written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(x, weights,
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -1601,34 +1994,52 @@ def reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(x, 
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1636,16 +2047,18 @@ def written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -1654,29 +2067,36 @@ def reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_ex
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1684,17 +2104,19 @@ def written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -1703,35 +2125,53 @@ def reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_ex
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_f32(1.0) * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1739,17 +2179,19 @@ def written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -1761,21 +2203,27 @@ def reference_e4m3_ue8m0_with_weights(x, weights, pos_to_token_topk, topk_weight
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
-        _t5 = weights.to(torch.float32).reshape(N_t,)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        b0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def reference_e4m3_ue8m0_with_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1786,27 +2234,44 @@ def reference_e4m3_ue8m0_with_weights_with_clamp(x, weights, pos_to_token_topk, 
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        a0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0)
-        b0 = x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1)
-        _t2 = _count((a0 > _f32(float(clamp))), (N_t, N_g, N_c))
-        _t3 = _count((b0 > _f32(float(clamp))), (N_t, N_g, N_c))
-        _t4 = _count((b0 < (-_f32(float(clamp)))), (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = weights.to(torch.float32).reshape(N_t,)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        a0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        b0 = _fit(_view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def reference_e4m3_ue8m0_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1817,23 +2282,29 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_expert(x, weights, pos_to_toke
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_ue8m0_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1844,11 +2315,12 @@ def written_rows_e4m3_ue8m0_with_weights_with_pos_to_expert(x, weights, pos_to_t
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -1860,29 +2332,46 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(x, weights, 
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        w = ((_t5 * _f32(1.0)) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1893,11 +2382,12 @@ def written_rows_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(x, weight
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        keep = (_t0 >= 0)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
         return keep
 
 
@@ -1906,29 +2396,36 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(x
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1936,16 +2433,18 @@ def written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weight
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -1954,35 +2453,53 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_w
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -1990,16 +2507,18 @@ def written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weight
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = (_t1 >= 0)
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
         return keep
 
 
@@ -2008,30 +2527,37 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_w
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a0 / (_f32(1.0) + _exp((-a0)))) * b0)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), torch.empty(0, dtype=torch.int64, device=_dev)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
 def written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -2039,17 +2565,19 @@ def written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weight
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
@@ -2058,36 +2586,54 @@ def reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_w
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
-        a0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 0), keep[:, None, None])
-        b0 = _kept(x.to(torch.float32).reshape(N_t, N_s, N_g, N_c).select(1, 1), keep[:, None, None])
-        _t2 = _count(((a0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t3 = _count(((b0 > _f32(float(clamp)))) & keep[:, None, None], (N_t, N_g, N_c))
-        _t4 = _count(((b0 < (-_f32(float(clamp))))) & keep[:, None, None], (N_t, N_g, N_c))
-        clamped_count = torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 0), _t2[None], torch.where((torch.arange(N_n, device=_dev).reshape(-1) == 1), _t3[None], _t4[None]))
-        a = torch.minimum(_t(a0), _t(_f32(float(clamp))))
-        b = torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp))))
-        _t5 = _kept(weights.to(torch.float32).reshape(N_t,), keep)
-        _t6 = _kept(_gather_at(topk_weights.to(torch.float32).reshape(-1), _t1), keep)
-        w = ((_t5 * _t6) * _f32(float(routed_scaling_factor)))
-        act = ((a / (_f32(1.0) + _exp((-a)))) * b)
-        y = (act * w[:, None, None])
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        a0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        b0 = _fit(torch.where(keep[:, None, None], _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
+        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t2_by_g = _sum(_t2_ones, 2)
+        _t2_by_t = _sum(_t2_by_g, 1)
+        _t2 = _sum(_t2_by_t, 0)
+        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        _t3_by_g = _sum(_t3_ones, 2)
+        _t3_by_t = _sum(_t3_by_g, 1)
+        _t3 = _sum(_t3_by_t, 0)
+        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        _t4_by_g = _sum(_t4_ones, 2)
+        _t4_by_t = _sum(_t4_by_g, 1)
+        _t4 = _sum(_t4_by_t, 0)
+        clamped_count_tile = _fit(torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
+        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None, True)
+        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
+        _t6 = _fit(torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)), _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(torch.float32), 0), (N_t,))
+        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t7), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(_kept(q, keep[:, None, None])), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(_kept(sf, keep[:, None]).reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), clamped_count.to(torch.int64).reshape(3,)
+        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), keep[:, None], False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        return _s_q, _s_sf, _s_clamped_count
 
 
 def written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
@@ -2095,17 +2641,19 @@ def written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weight
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
     K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = pos_to_expert.to(torch.int64).reshape(N_t,)
-        _t1 = pos_to_token_topk.to(torch.int64).reshape(N_t,)
-        keep = ((_t0 >= 0) & (_t1 >= 0))
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 

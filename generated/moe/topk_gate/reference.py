@@ -2,8 +2,8 @@
 # Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `topk_gate`: the oracle its kernels are tested against, one function per variant.
 
-It computes on whole tensors, in float32, with the same operations in the same order as the kernels,
-and encodes outputs through the same generated software codecs.
+It runs the statements of the kernels on whole tensors, in float32, with the same operations in the same
+order, and encodes outputs through the same generated software codecs.
 """
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import order_key
@@ -18,17 +18,16 @@ def reference_base(scores, k, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = scores.device
     with torch.device(_dev):
-        s = scores.to(torch.float32).reshape(N_t, N_e)
-        _key = order_key(s)
-        _index = torch.arange(N_e, device=_dev).reshape(1, N_e)
-        _picks = []
-        for _ in range(N_j):
-            _best = _key.amax(dim=1, keepdim=True)
-            _pick = torch.where(_key == _best, _index, N_e).amin(dim=1, keepdim=True)
-            _key = torch.where(_index == _pick, -2 ** 31, _key)
-            _picks.append(_pick.squeeze(1))
-        idx = torch.stack(_picks, dim=1)
-        return idx.to(torch.int64).reshape(T_, k),
+        _s_idx = torch.zeros((T_, k), dtype=torch.int64, device=_dev)
+        s = _fit(_view(scores, (N_t, N_e), (N_t, N_e), (), ('t', 'e'), ('t', 'e')).to(torch.float32), (N_t, N_e))
+        idx_tile_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) < N_e), order_key(s), -2147483648), (N_t, N_e))
+        for r_j in range(N_j):
+            idx_tile_best = _nanmax(idx_tile_key, 1)
+            idx_tile_cand = _fit(torch.where((idx_tile_key == idx_tile_best[:, None]), _ix(N_e, 1, 2, _dev), N_e), (N_t, N_e))
+            idx_tile_pick = _nanmin(idx_tile_cand, 1)
+            _scatter(_s_idx, (_ix(N_t, 0, 1, _dev), r_j), _t(idx_tile_pick).to(torch.int64), None, False)
+            idx_tile_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) == idx_tile_pick[:, None]), -2147483648, idx_tile_key), (N_t, N_e))
+        return _s_idx,
 
 
 VARIANTS = {

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 TARGET = 'c'
@@ -23,10 +23,8 @@ def build_base(H, out_scale, grad_out_dtype, *, threads=1, block_t=1):
     B_h = N_h
     B_t = block_t
     STORAGE_grad_out = {'bf16': 'uint16', 'fp32': 'float32'}[grad_out_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_rstd = lambda v: v
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[grad_out_dtype]
+    LOAD_grad_out = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[grad_out_dtype]
+    STORE_grad_out = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[grad_out_dtype]
 
     @T.prim_func
     def kernel(
@@ -38,40 +36,35 @@ def build_base(H, out_scale, grad_out_dtype, *, threads=1, block_t=1):
         weight_grad: T.Tensor((H,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            r = T.alloc_local((B_t,), "float32")
-            _t0 = T.alloc_local((B_t, B_h), "float32")
-            xhat = T.alloc_local((B_t, B_h), "float32")
-            _t1 = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            gw = T.alloc_local((B_t, B_h), "float32")
-            p = T.alloc_local((B_t, B_h), "float32")
-            dot_tile = T.alloc_local((B_t,), "float32")
-            q = T.alloc_local((B_t, B_h), "float32")
-            q_for_sum_over_t = T.alloc_local((B_t, B_h), "float32")
-            weight_grad_tile = T.alloc_local((B_h,), "float32")
+            r = T.alloc_local((B_t,), 'float32')
+            _t0 = T.alloc_local((B_t, B_h), 'float32')
+            xhat = T.alloc_local((B_t, B_h), 'float32')
+            _t1 = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            p = T.alloc_local((B_t, B_h), 'float32')
+            dot_tile = T.alloc_local((B_t,), 'float32')
+            q = T.alloc_local((B_t, B_h), 'float32')
+            weight_grad_tile = T.alloc_local((B_h,), 'float32')
             for i_t in T.grid(B_t):
-                r[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_rstd(rstd[(b_t * B_t + i_t)]), T.float32(0.0))
+                r[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), rstd[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 xhat[i_t, i_h] = (_t0[i_t, i_h] * r[i_t])
             for i_t, i_h in T.grid(B_t, B_h):
-                _t1[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 g[i_t, i_h] = (_t1[i_t, i_h] * T.float32(out_scale))
-                gw[i_t, i_h] = (g[i_t, i_h] * T.float32(1.0))
-                p[i_t, i_h] = (xhat[i_t, i_h] * gw[i_t, i_h])
+                p[i_t, i_h] = (xhat[i_t, i_h] * g[i_t, i_h])
             T.reduce_sum(p, dot_tile, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     dot[(b_t * B_t + i_t)] = dot_tile[i_t]
             for i_t, i_h in T.grid(B_t, B_h):
-                q[i_t, i_h] = (xhat[i_t, i_h] * g[i_t, i_h])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), i_h] = STORE_x_grad((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + T.float32(-0.0)))
-            for i_t, i_h in T.grid(B_t, B_h):
-                q_for_sum_over_t[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, q[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(q_for_sum_over_t, weight_grad_tile, dim=0)
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out(((g[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]))
+                q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
+            T.reduce_sum(q, weight_grad_tile, dim=0)
             for i_h in T.grid(B_h):
                 T.atomic_add(weight_grad[i_h], weight_grad_tile[i_h])
 
@@ -85,11 +78,8 @@ def build_with_grad_residual(H, out_scale, grad_out_dtype, *, threads=1, block_t
     B_h = N_h
     B_t = block_t
     STORAGE_grad_out = {'bf16': 'uint16', 'fp32': 'float32'}[grad_out_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_rstd = lambda v: v
-    LOAD_grad_residual = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[grad_out_dtype]
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[grad_out_dtype]
+    LOAD_grad_out = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[grad_out_dtype]
+    STORE_grad_out = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[grad_out_dtype]
 
     @T.prim_func
     def kernel(
@@ -102,43 +92,38 @@ def build_with_grad_residual(H, out_scale, grad_out_dtype, *, threads=1, block_t
         weight_grad: T.Tensor((H,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            r = T.alloc_local((B_t,), "float32")
-            _t0 = T.alloc_local((B_t, B_h), "float32")
-            xhat = T.alloc_local((B_t, B_h), "float32")
-            _t1 = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            gw = T.alloc_local((B_t, B_h), "float32")
-            p = T.alloc_local((B_t, B_h), "float32")
-            dot_tile = T.alloc_local((B_t,), "float32")
-            _t3 = T.alloc_local((B_t, B_h), "float32")
-            q = T.alloc_local((B_t, B_h), "float32")
-            q_for_sum_over_t = T.alloc_local((B_t, B_h), "float32")
-            weight_grad_tile = T.alloc_local((B_h,), "float32")
+            r = T.alloc_local((B_t,), 'float32')
+            _t0 = T.alloc_local((B_t, B_h), 'float32')
+            xhat = T.alloc_local((B_t, B_h), 'float32')
+            _t1 = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            p = T.alloc_local((B_t, B_h), 'float32')
+            dot_tile = T.alloc_local((B_t,), 'float32')
+            _t3 = T.alloc_local((B_t, B_h), 'float32')
+            q = T.alloc_local((B_t, B_h), 'float32')
+            weight_grad_tile = T.alloc_local((B_h,), 'float32')
             for i_t in T.grid(B_t):
-                r[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_rstd(rstd[(b_t * B_t + i_t)]), T.float32(0.0))
+                r[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), rstd[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 xhat[i_t, i_h] = (_t0[i_t, i_h] * r[i_t])
             for i_t, i_h in T.grid(B_t, B_h):
-                _t1[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 g[i_t, i_h] = (_t1[i_t, i_h] * T.float32(out_scale))
-                gw[i_t, i_h] = (g[i_t, i_h] * T.float32(1.0))
-                p[i_t, i_h] = (xhat[i_t, i_h] * gw[i_t, i_h])
+                p[i_t, i_h] = (xhat[i_t, i_h] * g[i_t, i_h])
             T.reduce_sum(p, dot_tile, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     dot[(b_t * B_t + i_t)] = dot_tile[i_t]
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_residual(grad_residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t3[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(grad_residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                q[i_t, i_h] = (xhat[i_t, i_h] * g[i_t, i_h])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), i_h] = STORE_x_grad((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
-            for i_t, i_h in T.grid(B_t, B_h):
-                q_for_sum_over_t[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, q[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(q_for_sum_over_t, weight_grad_tile, dim=0)
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out((((g[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
+                q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
+            T.reduce_sum(q, weight_grad_tile, dim=0)
             for i_h in T.grid(B_h):
                 T.atomic_add(weight_grad[i_h], weight_grad_tile[i_h])
 
@@ -152,11 +137,8 @@ def build_with_weight(H, out_scale, grad_out_dtype, *, threads=1, block_t=1):
     B_h = N_h
     B_t = block_t
     STORAGE_grad_out = {'bf16': 'uint16', 'fp32': 'float32'}[grad_out_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_rstd = lambda v: v
-    LOAD_weight = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[grad_out_dtype]
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[grad_out_dtype]
+    LOAD_grad_out = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[grad_out_dtype]
+    STORE_grad_out = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[grad_out_dtype]
 
     @T.prim_func
     def kernel(
@@ -169,44 +151,41 @@ def build_with_weight(H, out_scale, grad_out_dtype, *, threads=1, block_t=1):
         weight_grad: T.Tensor((H,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            r = T.alloc_local((B_t,), "float32")
-            _t0 = T.alloc_local((B_t, B_h), "float32")
-            xhat = T.alloc_local((B_t, B_h), "float32")
-            _t1 = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((B_h,), "float32")
-            gw = T.alloc_local((B_t, B_h), "float32")
-            p = T.alloc_local((B_t, B_h), "float32")
-            dot_tile = T.alloc_local((B_t,), "float32")
-            q = T.alloc_local((B_t, B_h), "float32")
-            q_for_sum_over_t = T.alloc_local((B_t, B_h), "float32")
-            weight_grad_tile = T.alloc_local((B_h,), "float32")
+            r = T.alloc_local((B_t,), 'float32')
+            _t0 = T.alloc_local((B_t, B_h), 'float32')
+            xhat = T.alloc_local((B_t, B_h), 'float32')
+            _t1 = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            _t2 = T.alloc_local((B_h,), 'float32')
+            gw = T.alloc_local((B_t, B_h), 'float32')
+            p = T.alloc_local((B_t, B_h), 'float32')
+            dot_tile = T.alloc_local((B_t,), 'float32')
+            q = T.alloc_local((B_t, B_h), 'float32')
+            weight_grad_tile = T.alloc_local((B_h,), 'float32')
             for i_t in T.grid(B_t):
-                r[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_rstd(rstd[(b_t * B_t + i_t)]), T.float32(0.0))
+                r[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), rstd[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 xhat[i_t, i_h] = (_t0[i_t, i_h] * r[i_t])
             for i_t, i_h in T.grid(B_t, B_h):
-                _t1[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 g[i_t, i_h] = (_t1[i_t, i_h] * T.float32(out_scale))
             for i_h in T.grid(B_h):
-                _t2[i_h] = LOAD_weight(weight[i_h])
+                _t2[i_h] = LOAD_grad_out(weight[i_h])
             for i_t, i_h in T.grid(B_t, B_h):
                 gw[i_t, i_h] = (g[i_t, i_h] * _t2[i_h])
                 p[i_t, i_h] = (xhat[i_t, i_h] * gw[i_t, i_h])
             T.reduce_sum(p, dot_tile, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     dot[(b_t * B_t + i_t)] = dot_tile[i_t]
             for i_t, i_h in T.grid(B_t, B_h):
-                q[i_t, i_h] = (xhat[i_t, i_h] * g[i_t, i_h])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), i_h] = STORE_x_grad((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + T.float32(-0.0)))
-            for i_t, i_h in T.grid(B_t, B_h):
-                q_for_sum_over_t[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, q[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(q_for_sum_over_t, weight_grad_tile, dim=0)
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out(((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]))
+                q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
+            T.reduce_sum(q, weight_grad_tile, dim=0)
             for i_h in T.grid(B_h):
                 T.atomic_add(weight_grad[i_h], weight_grad_tile[i_h])
 
@@ -220,12 +199,8 @@ def build_with_weight_with_grad_residual(H, out_scale, grad_out_dtype, *, thread
     B_h = N_h
     B_t = block_t
     STORAGE_grad_out = {'bf16': 'uint16', 'fp32': 'float32'}[grad_out_dtype]
-    LOAD_grad_out = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_rstd = lambda v: v
-    LOAD_weight = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_grad_residual = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[grad_out_dtype]
-    STORE_x_grad = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[grad_out_dtype]
+    LOAD_grad_out = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[grad_out_dtype]
+    STORE_grad_out = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[grad_out_dtype]
 
     @T.prim_func
     def kernel(
@@ -239,47 +214,44 @@ def build_with_weight_with_grad_residual(H, out_scale, grad_out_dtype, *, thread
         weight_grad: T.Tensor((H,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            r = T.alloc_local((B_t,), "float32")
-            _t0 = T.alloc_local((B_t, B_h), "float32")
-            xhat = T.alloc_local((B_t, B_h), "float32")
-            _t1 = T.alloc_local((B_t, B_h), "float32")
-            g = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((B_h,), "float32")
-            gw = T.alloc_local((B_t, B_h), "float32")
-            p = T.alloc_local((B_t, B_h), "float32")
-            dot_tile = T.alloc_local((B_t,), "float32")
-            _t3 = T.alloc_local((B_t, B_h), "float32")
-            q = T.alloc_local((B_t, B_h), "float32")
-            q_for_sum_over_t = T.alloc_local((B_t, B_h), "float32")
-            weight_grad_tile = T.alloc_local((B_h,), "float32")
+            r = T.alloc_local((B_t,), 'float32')
+            _t0 = T.alloc_local((B_t, B_h), 'float32')
+            xhat = T.alloc_local((B_t, B_h), 'float32')
+            _t1 = T.alloc_local((B_t, B_h), 'float32')
+            g = T.alloc_local((B_t, B_h), 'float32')
+            _t2 = T.alloc_local((B_h,), 'float32')
+            gw = T.alloc_local((B_t, B_h), 'float32')
+            p = T.alloc_local((B_t, B_h), 'float32')
+            dot_tile = T.alloc_local((B_t,), 'float32')
+            _t3 = T.alloc_local((B_t, B_h), 'float32')
+            q = T.alloc_local((B_t, B_h), 'float32')
+            weight_grad_tile = T.alloc_local((B_h,), 'float32')
             for i_t in T.grid(B_t):
-                r[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_rstd(rstd[(b_t * B_t + i_t)]), T.float32(0.0))
+                r[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), rstd[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 xhat[i_t, i_h] = (_t0[i_t, i_h] * r[i_t])
             for i_t, i_h in T.grid(B_t, B_h):
-                _t1[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 g[i_t, i_h] = (_t1[i_t, i_h] * T.float32(out_scale))
             for i_h in T.grid(B_h):
-                _t2[i_h] = LOAD_weight(weight[i_h])
+                _t2[i_h] = LOAD_grad_out(weight[i_h])
             for i_t, i_h in T.grid(B_t, B_h):
                 gw[i_t, i_h] = (g[i_t, i_h] * _t2[i_h])
                 p[i_t, i_h] = (xhat[i_t, i_h] * gw[i_t, i_h])
             T.reduce_sum(p, dot_tile, dim=1)
             for i_t in T.grid(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     dot[(b_t * B_t + i_t)] = dot_tile[i_t]
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_grad_residual(grad_residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t3[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(grad_residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                q[i_t, i_h] = (xhat[i_t, i_h] * g[i_t, i_h])
-                if (b_t * B_t + i_t) < N_t:
-                    x_grad[(b_t * B_t + i_t), i_h] = STORE_x_grad((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
-            for i_t, i_h in T.grid(B_t, B_h):
-                q_for_sum_over_t[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, q[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(q_for_sum_over_t, weight_grad_tile, dim=0)
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
+                q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
+            T.reduce_sum(q, weight_grad_tile, dim=0)
             for i_h in T.grid(B_h):
                 T.atomic_add(weight_grad[i_h], weight_grad_tile[i_h])
 

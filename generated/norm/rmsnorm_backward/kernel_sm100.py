@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
@@ -22,10 +22,8 @@ def build_base(H, out_scale, grad_out_dtype, *, threads=128, block_t=8):
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_grad_out = {'bf16': 'bfloat16', 'fp32': 'float32'}[grad_out_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_rstd = lambda v: v
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[grad_out_dtype]
+    LOAD_grad_out = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[grad_out_dtype]
+    STORE_grad_out = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[grad_out_dtype]
 
     @T.prim_func
     def kernel(
@@ -37,45 +35,37 @@ def build_base(H, out_scale, grad_out_dtype, *, threads=128, block_t=8):
         weight_grad: T.Tensor((H,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            r = T.alloc_fragment((B_t,), "float32")
-            _t0 = T.alloc_fragment((B_t, B_h), "float32")
-            xhat = T.alloc_fragment((B_t, B_h), "float32")
-            _t1 = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            gw = T.alloc_fragment((B_t, B_h), "float32")
-            p = T.alloc_fragment((B_t, B_h), "float32")
-            p_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            dot_tile = T.alloc_fragment((B_t,), "float32")
-            q = T.alloc_fragment((B_t, B_h), "float32")
-            q_for_sum_over_t = T.alloc_fragment((B_t, B_h), "float32")
-            weight_grad_tile = T.alloc_fragment((B_h,), "float32")
+            r = T.alloc_fragment((B_t,), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_h), 'float32')
+            xhat = T.alloc_fragment((B_t, B_h), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            p = T.alloc_fragment((B_t, B_h), 'float32')
+            dot_tile = T.alloc_fragment((B_t,), 'float32')
+            q = T.alloc_fragment((B_t, B_h), 'float32')
+            weight_grad_tile = T.alloc_fragment((B_h,), 'float32')
             for i_t in T.Parallel(B_t):
-                r[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_rstd(rstd[(b_t * B_t + i_t)]), T.float32(0.0))
+                r[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), rstd[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_grad_out(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 xhat[i_t, i_h] = (_t0[i_t, i_h] * r[i_t])
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t1[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 g[i_t, i_h] = (_t1[i_t, i_h] * T.float32(out_scale))
-                gw[i_t, i_h] = (g[i_t, i_h] * T.float32(1.0))
-                p[i_t, i_h] = (xhat[i_t, i_h] * gw[i_t, i_h])
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                p_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, p[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(p_for_sum_over_h, dot_tile, dim=1)
+                p[i_t, i_h] = T.Select((i_h < N_h), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
+            T.reduce_sum(p, dot_tile, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     dot[(b_t * B_t + i_t)] = dot_tile[i_t]
             for i_t, i_h in T.Parallel(B_t, B_h):
-                q[i_t, i_h] = (xhat[i_t, i_h] * g[i_t, i_h])
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), i_h] = STORE_x_grad((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + T.float32(-0.0)))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                q_for_sum_over_t[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), q[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(q_for_sum_over_t, weight_grad_tile, dim=0)
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out(((g[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]))
+                q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
+            T.reduce_sum(q, weight_grad_tile, dim=0)
             for i_h in T.Parallel(B_h):
-                if i_h < N_h:
+                if (i_h < N_h):
                     T.atomic_add(weight_grad[i_h], weight_grad_tile[i_h])
 
     return kernel
@@ -88,11 +78,8 @@ def build_with_grad_residual(H, out_scale, grad_out_dtype, *, threads=128, block
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_grad_out = {'bf16': 'bfloat16', 'fp32': 'float32'}[grad_out_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_rstd = lambda v: v
-    LOAD_grad_residual = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[grad_out_dtype]
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[grad_out_dtype]
+    LOAD_grad_out = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[grad_out_dtype]
+    STORE_grad_out = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[grad_out_dtype]
 
     @T.prim_func
     def kernel(
@@ -105,48 +92,40 @@ def build_with_grad_residual(H, out_scale, grad_out_dtype, *, threads=128, block
         weight_grad: T.Tensor((H,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            r = T.alloc_fragment((B_t,), "float32")
-            _t0 = T.alloc_fragment((B_t, B_h), "float32")
-            xhat = T.alloc_fragment((B_t, B_h), "float32")
-            _t1 = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            gw = T.alloc_fragment((B_t, B_h), "float32")
-            p = T.alloc_fragment((B_t, B_h), "float32")
-            p_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            dot_tile = T.alloc_fragment((B_t,), "float32")
-            _t3 = T.alloc_fragment((B_t, B_h), "float32")
-            q = T.alloc_fragment((B_t, B_h), "float32")
-            q_for_sum_over_t = T.alloc_fragment((B_t, B_h), "float32")
-            weight_grad_tile = T.alloc_fragment((B_h,), "float32")
+            r = T.alloc_fragment((B_t,), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_h), 'float32')
+            xhat = T.alloc_fragment((B_t, B_h), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            p = T.alloc_fragment((B_t, B_h), 'float32')
+            dot_tile = T.alloc_fragment((B_t,), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_h), 'float32')
+            q = T.alloc_fragment((B_t, B_h), 'float32')
+            weight_grad_tile = T.alloc_fragment((B_h,), 'float32')
             for i_t in T.Parallel(B_t):
-                r[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_rstd(rstd[(b_t * B_t + i_t)]), T.float32(0.0))
+                r[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), rstd[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_grad_out(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 xhat[i_t, i_h] = (_t0[i_t, i_h] * r[i_t])
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t1[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 g[i_t, i_h] = (_t1[i_t, i_h] * T.float32(out_scale))
-                gw[i_t, i_h] = (g[i_t, i_h] * T.float32(1.0))
-                p[i_t, i_h] = (xhat[i_t, i_h] * gw[i_t, i_h])
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                p_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, p[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(p_for_sum_over_h, dot_tile, dim=1)
+                p[i_t, i_h] = T.Select((i_h < N_h), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
+            T.reduce_sum(p, dot_tile, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     dot[(b_t * B_t + i_t)] = dot_tile[i_t]
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_residual(grad_residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t3[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_grad_out(grad_residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                q[i_t, i_h] = (xhat[i_t, i_h] * g[i_t, i_h])
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), i_h] = STORE_x_grad((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                q_for_sum_over_t[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), q[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(q_for_sum_over_t, weight_grad_tile, dim=0)
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out((((g[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
+                q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
+            T.reduce_sum(q, weight_grad_tile, dim=0)
             for i_h in T.Parallel(B_h):
-                if i_h < N_h:
+                if (i_h < N_h):
                     T.atomic_add(weight_grad[i_h], weight_grad_tile[i_h])
 
     return kernel
@@ -159,11 +138,8 @@ def build_with_weight(H, out_scale, grad_out_dtype, *, threads=128, block_t=8):
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_grad_out = {'bf16': 'bfloat16', 'fp32': 'float32'}[grad_out_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_rstd = lambda v: v
-    LOAD_weight = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[grad_out_dtype]
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[grad_out_dtype]
+    LOAD_grad_out = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[grad_out_dtype]
+    STORE_grad_out = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[grad_out_dtype]
 
     @T.prim_func
     def kernel(
@@ -176,49 +152,43 @@ def build_with_weight(H, out_scale, grad_out_dtype, *, threads=128, block_t=8):
         weight_grad: T.Tensor((H,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            r = T.alloc_fragment((B_t,), "float32")
-            _t0 = T.alloc_fragment((B_t, B_h), "float32")
-            xhat = T.alloc_fragment((B_t, B_h), "float32")
-            _t1 = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((B_h,), "float32")
-            gw = T.alloc_fragment((B_t, B_h), "float32")
-            p = T.alloc_fragment((B_t, B_h), "float32")
-            p_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            dot_tile = T.alloc_fragment((B_t,), "float32")
-            q = T.alloc_fragment((B_t, B_h), "float32")
-            q_for_sum_over_t = T.alloc_fragment((B_t, B_h), "float32")
-            weight_grad_tile = T.alloc_fragment((B_h,), "float32")
+            r = T.alloc_fragment((B_t,), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_h), 'float32')
+            xhat = T.alloc_fragment((B_t, B_h), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2 = T.alloc_fragment((B_h,), 'float32')
+            gw = T.alloc_fragment((B_t, B_h), 'float32')
+            p = T.alloc_fragment((B_t, B_h), 'float32')
+            dot_tile = T.alloc_fragment((B_t,), 'float32')
+            q = T.alloc_fragment((B_t, B_h), 'float32')
+            weight_grad_tile = T.alloc_fragment((B_h,), 'float32')
             for i_t in T.Parallel(B_t):
-                r[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_rstd(rstd[(b_t * B_t + i_t)]), T.float32(0.0))
+                r[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), rstd[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_grad_out(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 xhat[i_t, i_h] = (_t0[i_t, i_h] * r[i_t])
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t1[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 g[i_t, i_h] = (_t1[i_t, i_h] * T.float32(out_scale))
             for i_h in T.Parallel(B_h):
-                _t2[i_h] = T.if_then_else(i_h < N_h, LOAD_weight(weight[i_h]), T.float32(0.0))
+                _t2[i_h] = T.if_then_else((i_h < N_h), LOAD_grad_out(weight[i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 gw[i_t, i_h] = (g[i_t, i_h] * _t2[i_h])
-                p[i_t, i_h] = (xhat[i_t, i_h] * gw[i_t, i_h])
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                p_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, p[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(p_for_sum_over_h, dot_tile, dim=1)
+                p[i_t, i_h] = T.Select((i_h < N_h), (xhat[i_t, i_h] * gw[i_t, i_h]), T.float32(0.0))
+            T.reduce_sum(p, dot_tile, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     dot[(b_t * B_t + i_t)] = dot_tile[i_t]
             for i_t, i_h in T.Parallel(B_t, B_h):
-                q[i_t, i_h] = (xhat[i_t, i_h] * g[i_t, i_h])
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), i_h] = STORE_x_grad((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + T.float32(-0.0)))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                q_for_sum_over_t[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), q[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(q_for_sum_over_t, weight_grad_tile, dim=0)
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out(((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]))
+                q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
+            T.reduce_sum(q, weight_grad_tile, dim=0)
             for i_h in T.Parallel(B_h):
-                if i_h < N_h:
+                if (i_h < N_h):
                     T.atomic_add(weight_grad[i_h], weight_grad_tile[i_h])
 
     return kernel
@@ -231,12 +201,8 @@ def build_with_weight_with_grad_residual(H, out_scale, grad_out_dtype, *, thread
     B_h = pad_pow2(N_h)
     B_t = block_t
     STORAGE_grad_out = {'bf16': 'bfloat16', 'fp32': 'float32'}[grad_out_dtype]
-    LOAD_grad_out = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_rstd = lambda v: v
-    LOAD_weight = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[grad_out_dtype]
-    LOAD_grad_residual = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[grad_out_dtype]
-    STORE_x_grad = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[grad_out_dtype]
+    LOAD_grad_out = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[grad_out_dtype]
+    STORE_grad_out = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[grad_out_dtype]
 
     @T.prim_func
     def kernel(
@@ -250,52 +216,46 @@ def build_with_weight_with_grad_residual(H, out_scale, grad_out_dtype, *, thread
         weight_grad: T.Tensor((H,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            r = T.alloc_fragment((B_t,), "float32")
-            _t0 = T.alloc_fragment((B_t, B_h), "float32")
-            xhat = T.alloc_fragment((B_t, B_h), "float32")
-            _t1 = T.alloc_fragment((B_t, B_h), "float32")
-            g = T.alloc_fragment((B_t, B_h), "float32")
-            _t2 = T.alloc_fragment((B_h,), "float32")
-            gw = T.alloc_fragment((B_t, B_h), "float32")
-            p = T.alloc_fragment((B_t, B_h), "float32")
-            p_for_sum_over_h = T.alloc_fragment((B_t, B_h), "float32")
-            dot_tile = T.alloc_fragment((B_t,), "float32")
-            _t3 = T.alloc_fragment((B_t, B_h), "float32")
-            q = T.alloc_fragment((B_t, B_h), "float32")
-            q_for_sum_over_t = T.alloc_fragment((B_t, B_h), "float32")
-            weight_grad_tile = T.alloc_fragment((B_h,), "float32")
+            r = T.alloc_fragment((B_t,), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_h), 'float32')
+            xhat = T.alloc_fragment((B_t, B_h), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_h), 'float32')
+            g = T.alloc_fragment((B_t, B_h), 'float32')
+            _t2 = T.alloc_fragment((B_h,), 'float32')
+            gw = T.alloc_fragment((B_t, B_h), 'float32')
+            p = T.alloc_fragment((B_t, B_h), 'float32')
+            dot_tile = T.alloc_fragment((B_t,), 'float32')
+            _t3 = T.alloc_fragment((B_t, B_h), 'float32')
+            q = T.alloc_fragment((B_t, B_h), 'float32')
+            weight_grad_tile = T.alloc_fragment((B_h,), 'float32')
             for i_t in T.Parallel(B_t):
-                r[i_t] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_rstd(rstd[(b_t * B_t + i_t)]), T.float32(0.0))
+                r[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), rstd[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_grad_out(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 xhat[i_t, i_h] = (_t0[i_t, i_h] * r[i_t])
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t1[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 g[i_t, i_h] = (_t1[i_t, i_h] * T.float32(out_scale))
             for i_h in T.Parallel(B_h):
-                _t2[i_h] = T.if_then_else(i_h < N_h, LOAD_weight(weight[i_h]), T.float32(0.0))
+                _t2[i_h] = T.if_then_else((i_h < N_h), LOAD_grad_out(weight[i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 gw[i_t, i_h] = (g[i_t, i_h] * _t2[i_h])
-                p[i_t, i_h] = (xhat[i_t, i_h] * gw[i_t, i_h])
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                p_for_sum_over_h[i_t, i_h] = T.if_then_else(i_h < N_h, p[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(p_for_sum_over_h, dot_tile, dim=1)
+                p[i_t, i_h] = T.Select((i_h < N_h), (xhat[i_t, i_h] * gw[i_t, i_h]), T.float32(0.0))
+            T.reduce_sum(p, dot_tile, dim=1)
             for i_t in T.Parallel(B_t):
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     dot[(b_t * B_t + i_t)] = dot_tile[i_t]
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), LOAD_grad_residual(grad_residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t3[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)), LOAD_grad_out(grad_residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                q[i_t, i_h] = (xhat[i_t, i_h] * g[i_t, i_h])
-                if ((b_t * B_t + i_t) < N_t) & (i_h < N_h):
-                    x_grad[(b_t * B_t + i_t), i_h] = STORE_x_grad((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                q_for_sum_over_t[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_h < N_h), q[i_t, i_h], T.float32(0.0))
-            T.reduce_sum(q_for_sum_over_t, weight_grad_tile, dim=0)
+                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
+                q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
+            T.reduce_sum(q, weight_grad_tile, dim=0)
             for i_h in T.Parallel(B_h):
-                if i_h < N_h:
+                if (i_h < N_h):
                     T.atomic_add(weight_grad[i_h], weight_grad_tile[i_h])
 
     return kernel

@@ -2,8 +2,8 @@
 # Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `rmsnorm_backward`: the oracle its kernels are tested against, one function per variant.
 
-It computes on whole tensors, in float32, with the same operations in the same order as the kernels,
-and encodes outputs through the same generated software codecs.
+It runs the statements of the kernels on whole tensors, in float32, with the same operations in the same
+order, and encodes outputs through the same generated software codecs.
 """
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16
@@ -17,19 +17,26 @@ def reference_base(grad_out, x, rstd, weight, grad_residual, out_scale, _given=N
     # factories name the device too: torch.compile does not carry the context into them
     _dev = grad_out.device
     with torch.device(_dev):
-        r = rstd.to(torch.float32).reshape(N_t,)
-        _t0 = x.to(torch.float32).reshape(N_t, N_h)
-        xhat = (_t0 * r[:, None])
-        _t1 = grad_out.to(torch.float32).reshape(N_t, N_h)
-        g = (_t1 * _f32(float(out_scale)))
-        gw = (g * _f32(1.0))
-        p = (xhat * gw)
-        dot = p.sum(dim=1)
-        dot = _given['dot'].to(torch.float32).reshape(dot.shape) if _given and 'dot' in _given else dot
-        x_grad = (((gw - (xhat * (dot[:, None] / _f32(float(H))))) * r[:, None]) + _f32(-0.0))
-        q = (xhat * g)
-        weight_grad = q.sum(dim=0)
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[grad_out.dtype](x_grad).reshape(T_, H), dot.reshape(T_,), weight_grad.reshape(H,)
+        _s_x_grad = torch.zeros((T_, H), dtype=grad_out.dtype, device=_dev)
+        _s_dot = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _s_weight_grad = torch.zeros((H,), dtype=torch.float32, device=_dev)
+        r = _fit(_view(rstd, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        xhat = _fit((_t0 * r[:, None]), (N_t, N_h))
+        _t1 = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        g = _fit((_t1 * _f32(float(out_scale))), (N_t, N_h))
+        p = _fit((xhat * g), (N_t, N_h))
+        dot_tile = _sum(p, 1)
+        _store_view(_s_dot, (N_t,), (N_t,), ('t',), ('t',), dot_tile, None, False)
+        if _given and 'dot' in _given:
+            _g = _given['dot']
+            dot_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        x_grad_tile = _fit(((g - (xhat * (dot_tile[:, None] / _f32(float(H))))) * r[:, None]), (N_t, N_h))
+        _store_view(_s_x_grad, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[grad_out.dtype](x_grad_tile), None, False)
+        q = _fit((xhat * g), (N_t, N_h))
+        weight_grad_tile = _sum(q, 0)
+        _store_view(_s_weight_grad, (N_h,), (N_h,), ('h',), ('h',), weight_grad_tile, None, True)
+        return _s_x_grad, _s_dot, _s_weight_grad
 
 
 def reference_with_grad_residual(grad_out, x, rstd, weight, grad_residual, out_scale, _given=None):
@@ -40,20 +47,27 @@ def reference_with_grad_residual(grad_out, x, rstd, weight, grad_residual, out_s
     # factories name the device too: torch.compile does not carry the context into them
     _dev = grad_out.device
     with torch.device(_dev):
-        r = rstd.to(torch.float32).reshape(N_t,)
-        _t0 = x.to(torch.float32).reshape(N_t, N_h)
-        xhat = (_t0 * r[:, None])
-        _t1 = grad_out.to(torch.float32).reshape(N_t, N_h)
-        g = (_t1 * _f32(float(out_scale)))
-        gw = (g * _f32(1.0))
-        p = (xhat * gw)
-        dot = p.sum(dim=1)
-        dot = _given['dot'].to(torch.float32).reshape(dot.shape) if _given and 'dot' in _given else dot
-        _t3 = grad_residual.to(torch.float32).reshape(N_t, N_h)
-        x_grad = (((gw - (xhat * (dot[:, None] / _f32(float(H))))) * r[:, None]) + _t3)
-        q = (xhat * g)
-        weight_grad = q.sum(dim=0)
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[grad_out.dtype](x_grad).reshape(T_, H), dot.reshape(T_,), weight_grad.reshape(H,)
+        _s_x_grad = torch.zeros((T_, H), dtype=grad_out.dtype, device=_dev)
+        _s_dot = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _s_weight_grad = torch.zeros((H,), dtype=torch.float32, device=_dev)
+        r = _fit(_view(rstd, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        xhat = _fit((_t0 * r[:, None]), (N_t, N_h))
+        _t1 = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        g = _fit((_t1 * _f32(float(out_scale))), (N_t, N_h))
+        p = _fit((xhat * g), (N_t, N_h))
+        dot_tile = _sum(p, 1)
+        _store_view(_s_dot, (N_t,), (N_t,), ('t',), ('t',), dot_tile, None, False)
+        if _given and 'dot' in _given:
+            _g = _given['dot']
+            dot_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        _t3 = _fit(_view(grad_residual, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        x_grad_tile = _fit((((g - (xhat * (dot_tile[:, None] / _f32(float(H))))) * r[:, None]) + _t3), (N_t, N_h))
+        _store_view(_s_x_grad, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[grad_out.dtype](x_grad_tile), None, False)
+        q = _fit((xhat * g), (N_t, N_h))
+        weight_grad_tile = _sum(q, 0)
+        _store_view(_s_weight_grad, (N_h,), (N_h,), ('h',), ('h',), weight_grad_tile, None, True)
+        return _s_x_grad, _s_dot, _s_weight_grad
 
 
 def reference_with_weight(grad_out, x, rstd, weight, grad_residual, out_scale, _given=None):
@@ -64,20 +78,28 @@ def reference_with_weight(grad_out, x, rstd, weight, grad_residual, out_scale, _
     # factories name the device too: torch.compile does not carry the context into them
     _dev = grad_out.device
     with torch.device(_dev):
-        r = rstd.to(torch.float32).reshape(N_t,)
-        _t0 = x.to(torch.float32).reshape(N_t, N_h)
-        xhat = (_t0 * r[:, None])
-        _t1 = grad_out.to(torch.float32).reshape(N_t, N_h)
-        g = (_t1 * _f32(float(out_scale)))
-        _t2 = weight.to(torch.float32).reshape(N_h,)
-        gw = (g * _t2[None, :])
-        p = (xhat * gw)
-        dot = p.sum(dim=1)
-        dot = _given['dot'].to(torch.float32).reshape(dot.shape) if _given and 'dot' in _given else dot
-        x_grad = (((gw - (xhat * (dot[:, None] / _f32(float(H))))) * r[:, None]) + _f32(-0.0))
-        q = (xhat * g)
-        weight_grad = q.sum(dim=0)
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[grad_out.dtype](x_grad).reshape(T_, H), dot.reshape(T_,), weight_grad.reshape(H,)
+        _s_x_grad = torch.zeros((T_, H), dtype=grad_out.dtype, device=_dev)
+        _s_dot = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _s_weight_grad = torch.zeros((H,), dtype=torch.float32, device=_dev)
+        r = _fit(_view(rstd, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        xhat = _fit((_t0 * r[:, None]), (N_t, N_h))
+        _t1 = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        g = _fit((_t1 * _f32(float(out_scale))), (N_t, N_h))
+        _t2 = _fit(_view(weight, (N_h,), (N_h,), (), ('h',), ('h',)).to(torch.float32), (N_h,))
+        gw = _fit((g * _t2[None, :]), (N_t, N_h))
+        p = _fit((xhat * gw), (N_t, N_h))
+        dot_tile = _sum(p, 1)
+        _store_view(_s_dot, (N_t,), (N_t,), ('t',), ('t',), dot_tile, None, False)
+        if _given and 'dot' in _given:
+            _g = _given['dot']
+            dot_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        x_grad_tile = _fit(((gw - (xhat * (dot_tile[:, None] / _f32(float(H))))) * r[:, None]), (N_t, N_h))
+        _store_view(_s_x_grad, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[grad_out.dtype](x_grad_tile), None, False)
+        q = _fit((xhat * g), (N_t, N_h))
+        weight_grad_tile = _sum(q, 0)
+        _store_view(_s_weight_grad, (N_h,), (N_h,), ('h',), ('h',), weight_grad_tile, None, True)
+        return _s_x_grad, _s_dot, _s_weight_grad
 
 
 def reference_with_weight_with_grad_residual(grad_out, x, rstd, weight, grad_residual, out_scale, _given=None):
@@ -88,21 +110,29 @@ def reference_with_weight_with_grad_residual(grad_out, x, rstd, weight, grad_res
     # factories name the device too: torch.compile does not carry the context into them
     _dev = grad_out.device
     with torch.device(_dev):
-        r = rstd.to(torch.float32).reshape(N_t,)
-        _t0 = x.to(torch.float32).reshape(N_t, N_h)
-        xhat = (_t0 * r[:, None])
-        _t1 = grad_out.to(torch.float32).reshape(N_t, N_h)
-        g = (_t1 * _f32(float(out_scale)))
-        _t2 = weight.to(torch.float32).reshape(N_h,)
-        gw = (g * _t2[None, :])
-        p = (xhat * gw)
-        dot = p.sum(dim=1)
-        dot = _given['dot'].to(torch.float32).reshape(dot.shape) if _given and 'dot' in _given else dot
-        _t3 = grad_residual.to(torch.float32).reshape(N_t, N_h)
-        x_grad = (((gw - (xhat * (dot[:, None] / _f32(float(H))))) * r[:, None]) + _t3)
-        q = (xhat * g)
-        weight_grad = q.sum(dim=0)
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[grad_out.dtype](x_grad).reshape(T_, H), dot.reshape(T_,), weight_grad.reshape(H,)
+        _s_x_grad = torch.zeros((T_, H), dtype=grad_out.dtype, device=_dev)
+        _s_dot = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _s_weight_grad = torch.zeros((H,), dtype=torch.float32, device=_dev)
+        r = _fit(_view(rstd, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        xhat = _fit((_t0 * r[:, None]), (N_t, N_h))
+        _t1 = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        g = _fit((_t1 * _f32(float(out_scale))), (N_t, N_h))
+        _t2 = _fit(_view(weight, (N_h,), (N_h,), (), ('h',), ('h',)).to(torch.float32), (N_h,))
+        gw = _fit((g * _t2[None, :]), (N_t, N_h))
+        p = _fit((xhat * gw), (N_t, N_h))
+        dot_tile = _sum(p, 1)
+        _store_view(_s_dot, (N_t,), (N_t,), ('t',), ('t',), dot_tile, None, False)
+        if _given and 'dot' in _given:
+            _g = _given['dot']
+            dot_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        _t3 = _fit(_view(grad_residual, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        x_grad_tile = _fit((((gw - (xhat * (dot_tile[:, None] / _f32(float(H))))) * r[:, None]) + _t3), (N_t, N_h))
+        _store_view(_s_x_grad, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[grad_out.dtype](x_grad_tile), None, False)
+        q = _fit((xhat * g), (N_t, N_h))
+        weight_grad_tile = _sum(q, 0)
+        _store_view(_s_weight_grad, (N_h,), (N_h,), ('h',), ('h',), weight_grad_tile, None, True)
+        return _s_x_grad, _s_dot, _s_weight_grad
 
 
 VARIANTS = {

@@ -8,8 +8,8 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
-from ...common.tilelang_helpers import decode_bf16, encode_bf16, round_bf16
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 TARGET = 'c'
 PASS_CONFIGS = {'tirx.disable_vectorize': True}
@@ -23,9 +23,8 @@ def build_base(H, eps, out_scale, x_dtype, *, threads=1, block_t=1):
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
-    STORE_out = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -34,24 +33,24 @@ def build_base(H, eps, out_scale, x_dtype, *, threads=1, block_t=1):
         rstd: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_h), "float32")
-            s = T.alloc_local((B_t, B_h), "float32")
-            s2 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((B_t,), "float32")
-            rstd_tile = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_h), 'float32')
+            s = T.alloc_local((B_t, B_h), 'float32')
+            s2 = T.alloc_local((B_t, B_h), 'float32')
+            _t2 = T.alloc_local((B_t,), 'float32')
+            rstd_tile = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                s[i_t, i_h] = ROUND_x((_t0[i_t, i_h] + T.float32(-0.0)))
+                s[i_t, i_h] = LOAD_x(STORE_x(_t0[i_t, i_h]))
                 s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
             T.reduce_sum(s2, _t2, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_h in T.grid(B_t, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    out[(b_t * B_t + i_t), i_h] = STORE_out(((s[i_t, i_h] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
+                if ((b_t * B_t + i_t) < N_t):
+                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t]) * T.float32(out_scale)))
 
     return kernel
 
@@ -63,11 +62,8 @@ def build_with_residual(H, eps, out_scale, x_dtype, *, threads=1, block_t=1):
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_residual = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
-    STORE_out = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
-    STORE_residual_out = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -78,29 +74,29 @@ def build_with_residual(H, eps, out_scale, x_dtype, *, threads=1, block_t=1):
         residual_out: T.Tensor((T_, H), STORAGE_x),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_h), "float32")
-            _t1 = T.alloc_local((B_t, B_h), "float32")
-            s = T.alloc_local((B_t, B_h), "float32")
-            s2 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((B_t,), "float32")
-            rstd_tile = T.alloc_local((B_t,), "float32")
+            _t0 = T.alloc_local((B_t, B_h), 'float32')
+            _t1 = T.alloc_local((B_t, B_h), 'float32')
+            s = T.alloc_local((B_t, B_h), 'float32')
+            s2 = T.alloc_local((B_t, B_h), 'float32')
+            _t2 = T.alloc_local((B_t,), 'float32')
+            rstd_tile = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t1[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_residual(residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                s[i_t, i_h] = ROUND_x((_t0[i_t, i_h] + _t1[i_t, i_h]))
+                s[i_t, i_h] = LOAD_x(STORE_x((_t0[i_t, i_h] + _t1[i_t, i_h])))
+                if ((b_t * B_t + i_t) < N_t):
+                    residual_out[(b_t * B_t + i_t), i_h] = STORE_x(s[i_t, i_h])
                 s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
-                if (b_t * B_t + i_t) < N_t:
-                    residual_out[(b_t * B_t + i_t), i_h] = STORE_residual_out(s[i_t, i_h])
             T.reduce_sum(s2, _t2, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_h in T.grid(B_t, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    out[(b_t * B_t + i_t), i_h] = STORE_out(((s[i_t, i_h] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
+                if ((b_t * B_t + i_t) < N_t):
+                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t]) * T.float32(out_scale)))
 
     return kernel
 
@@ -112,10 +108,8 @@ def build_with_weight(H, eps, out_scale, x_dtype, *, threads=1, block_t=1):
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weight = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
-    STORE_out = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -125,27 +119,27 @@ def build_with_weight(H, eps, out_scale, x_dtype, *, threads=1, block_t=1):
         rstd: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_h), "float32")
-            s = T.alloc_local((B_t, B_h), "float32")
-            s2 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((B_t,), "float32")
-            rstd_tile = T.alloc_local((B_t,), "float32")
-            _t3 = T.alloc_local((B_h,), "float32")
+            _t0 = T.alloc_local((B_t, B_h), 'float32')
+            s = T.alloc_local((B_t, B_h), 'float32')
+            s2 = T.alloc_local((B_t, B_h), 'float32')
+            _t2 = T.alloc_local((B_t,), 'float32')
+            rstd_tile = T.alloc_local((B_t,), 'float32')
+            _t3 = T.alloc_local((B_h,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                s[i_t, i_h] = ROUND_x((_t0[i_t, i_h] + T.float32(-0.0)))
+                s[i_t, i_h] = LOAD_x(STORE_x(_t0[i_t, i_h]))
                 s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
             T.reduce_sum(s2, _t2, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_h in T.grid(B_h):
-                _t3[i_h] = LOAD_weight(weight[i_h])
+                _t3[i_h] = LOAD_x(weight[i_h])
             for i_t, i_h in T.grid(B_t, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    out[(b_t * B_t + i_t), i_h] = STORE_out(((s[i_t, i_h] * rstd_tile[i_t]) * (_t3[i_h] * T.float32(out_scale))))
+                if ((b_t * B_t + i_t) < N_t):
+                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t]) * (_t3[i_h] * T.float32(out_scale))))
 
     return kernel
 
@@ -157,12 +151,8 @@ def build_with_weight_with_residual(H, eps, out_scale, x_dtype, *, threads=1, bl
     B_h = N_h
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weight = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_residual = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
-    STORE_out = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
-    STORE_residual_out = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -174,31 +164,31 @@ def build_with_weight_with_residual(H, eps, out_scale, x_dtype, *, threads=1, bl
         residual_out: T.Tensor((T_, H), STORAGE_x),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_h), "float32")
-            _t1 = T.alloc_local((B_t, B_h), "float32")
-            s = T.alloc_local((B_t, B_h), "float32")
-            s2 = T.alloc_local((B_t, B_h), "float32")
-            _t2 = T.alloc_local((B_t,), "float32")
-            rstd_tile = T.alloc_local((B_t,), "float32")
-            _t3 = T.alloc_local((B_h,), "float32")
+            _t0 = T.alloc_local((B_t, B_h), 'float32')
+            _t1 = T.alloc_local((B_t, B_h), 'float32')
+            s = T.alloc_local((B_t, B_h), 'float32')
+            s2 = T.alloc_local((B_t, B_h), 'float32')
+            _t2 = T.alloc_local((B_t,), 'float32')
+            rstd_tile = T.alloc_local((B_t,), 'float32')
+            _t3 = T.alloc_local((B_h,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t1[i_t, i_h] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_residual(residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                s[i_t, i_h] = ROUND_x((_t0[i_t, i_h] + _t1[i_t, i_h]))
+                s[i_t, i_h] = LOAD_x(STORE_x((_t0[i_t, i_h] + _t1[i_t, i_h])))
+                if ((b_t * B_t + i_t) < N_t):
+                    residual_out[(b_t * B_t + i_t), i_h] = STORE_x(s[i_t, i_h])
                 s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
-                if (b_t * B_t + i_t) < N_t:
-                    residual_out[(b_t * B_t + i_t), i_h] = STORE_residual_out(s[i_t, i_h])
             T.reduce_sum(s2, _t2, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_h in T.grid(B_h):
-                _t3[i_h] = LOAD_weight(weight[i_h])
+                _t3[i_h] = LOAD_x(weight[i_h])
             for i_t, i_h in T.grid(B_t, B_h):
-                if (b_t * B_t + i_t) < N_t:
-                    out[(b_t * B_t + i_t), i_h] = STORE_out(((s[i_t, i_h] * rstd_tile[i_t]) * (_t3[i_h] * T.float32(out_scale))))
+                if ((b_t * B_t + i_t) < N_t):
+                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t]) * (_t3[i_h] * T.float32(out_scale))))
 
     return kernel

@@ -2,11 +2,11 @@
 # Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `rmsnorm_forward`: the oracle its kernels are tested against, one function per variant.
 
-It computes on whole tensors, in float32, with the same operations in the same order as the kernels,
-and encodes outputs through the same generated software codecs.
+It runs the statements of the kernels on whole tensors, in float32, with the same operations in the same
+order, and encodes outputs through the same generated software codecs.
 """
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
-from ...common.torch_helpers import encode_bf16, round_bf16
+from ...common.torch_helpers import encode_bf16
 
 
 def reference_base(x, weight, residual, eps, out_scale, _given=None):
@@ -14,18 +14,23 @@ def reference_base(x, weight, residual, eps, out_scale, _given=None):
     H = x.shape[1]
     N_t = T_
     N_h = H
-    ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = x.to(torch.float32).reshape(N_t, N_h)
-        s = ROUND_x((_t0 + _f32(-0.0)))
-        s2 = (s * s)
-        _t2 = s2.sum(dim=1)
-        rstd = _rsqrt(((_t2 / _f32(float(H))) + _f32(float(eps))))
-        rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
-        out = ((s * rstd[:, None]) * (_f32(1.0) * _f32(float(out_scale))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](out).reshape(T_, H), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
+        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](_t0).to(torch.float32), (N_t, N_h))
+        s2 = _fit((s * s), (N_t, N_h))
+        _t2 = _sum(s2, 1)
+        rstd_tile = _fit(_rsqrt(((_t2 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
+        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
+        if _given and 'rstd' in _given:
+            _g = _given['rstd']
+            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        out_tile = _fit(((s * rstd_tile[:, None]) * _f32(float(out_scale))), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](out_tile), None, False)
+        return _s_out, _s_rstd, torch.empty(0, dtype=x.dtype, device=_dev)
 
 
 def reference_with_residual(x, weight, residual, eps, out_scale, _given=None):
@@ -33,20 +38,27 @@ def reference_with_residual(x, weight, residual, eps, out_scale, _given=None):
     H = x.shape[1]
     N_t = T_
     N_h = H
-    ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = x.to(torch.float32).reshape(N_t, N_h)
-        _t1 = residual.to(torch.float32).reshape(N_t, N_h)
-        s = ROUND_x((_t0 + _t1))
-        residual_out = s
-        s2 = (s * s)
-        _t2 = s2.sum(dim=1)
-        rstd = _rsqrt(((_t2 / _f32(float(H))) + _f32(float(eps))))
-        rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
-        out = ((s * rstd[:, None]) * (_f32(1.0) * _f32(float(out_scale))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](out).reshape(T_, H), rstd.reshape(T_,), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](residual_out).reshape(T_, H)
+        _s_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
+        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
+        _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        _t1 = _fit(_view(residual, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_h))
+        residual_out_tile = _fit(s, (N_t, N_h))
+        _store_view(_s_residual_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](residual_out_tile), None, False)
+        s2 = _fit((s * s), (N_t, N_h))
+        _t2 = _sum(s2, 1)
+        rstd_tile = _fit(_rsqrt(((_t2 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
+        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
+        if _given and 'rstd' in _given:
+            _g = _given['rstd']
+            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        out_tile = _fit(((s * rstd_tile[:, None]) * _f32(float(out_scale))), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](out_tile), None, False)
+        return _s_out, _s_rstd, _s_residual_out
 
 
 def reference_with_weight(x, weight, residual, eps, out_scale, _given=None):
@@ -54,19 +66,24 @@ def reference_with_weight(x, weight, residual, eps, out_scale, _given=None):
     H = x.shape[1]
     N_t = T_
     N_h = H
-    ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = x.to(torch.float32).reshape(N_t, N_h)
-        s = ROUND_x((_t0 + _f32(-0.0)))
-        s2 = (s * s)
-        _t2 = s2.sum(dim=1)
-        rstd = _rsqrt(((_t2 / _f32(float(H))) + _f32(float(eps))))
-        rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
-        _t3 = weight.to(torch.float32).reshape(N_h,)
-        out = ((s * rstd[:, None]) * (_t3[None, :] * _f32(float(out_scale))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](out).reshape(T_, H), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype, device=_dev)
+        _s_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
+        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](_t0).to(torch.float32), (N_t, N_h))
+        s2 = _fit((s * s), (N_t, N_h))
+        _t2 = _sum(s2, 1)
+        rstd_tile = _fit(_rsqrt(((_t2 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
+        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
+        if _given and 'rstd' in _given:
+            _g = _given['rstd']
+            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        _t3 = _fit(_view(weight, (N_h,), (N_h,), (), ('h',), ('h',)).to(torch.float32), (N_h,))
+        out_tile = _fit(((s * rstd_tile[:, None]) * (_t3[None, :] * _f32(float(out_scale)))), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](out_tile), None, False)
+        return _s_out, _s_rstd, torch.empty(0, dtype=x.dtype, device=_dev)
 
 
 def reference_with_weight_with_residual(x, weight, residual, eps, out_scale, _given=None):
@@ -74,21 +91,28 @@ def reference_with_weight_with_residual(x, weight, residual, eps, out_scale, _gi
     H = x.shape[1]
     N_t = T_
     N_h = H
-    ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = x.to(torch.float32).reshape(N_t, N_h)
-        _t1 = residual.to(torch.float32).reshape(N_t, N_h)
-        s = ROUND_x((_t0 + _t1))
-        residual_out = s
-        s2 = (s * s)
-        _t2 = s2.sum(dim=1)
-        rstd = _rsqrt(((_t2 / _f32(float(H))) + _f32(float(eps))))
-        rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
-        _t3 = weight.to(torch.float32).reshape(N_h,)
-        out = ((s * rstd[:, None]) * (_t3[None, :] * _f32(float(out_scale))))
-        return {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](out).reshape(T_, H), rstd.reshape(T_,), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](residual_out).reshape(T_, H)
+        _s_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
+        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
+        _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        _t1 = _fit(_view(residual, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_h))
+        residual_out_tile = _fit(s, (N_t, N_h))
+        _store_view(_s_residual_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](residual_out_tile), None, False)
+        s2 = _fit((s * s), (N_t, N_h))
+        _t2 = _sum(s2, 1)
+        rstd_tile = _fit(_rsqrt(((_t2 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
+        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
+        if _given and 'rstd' in _given:
+            _g = _given['rstd']
+            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        _t3 = _fit(_view(weight, (N_h,), (N_h,), (), ('h',), ('h',)).to(torch.float32), (N_h,))
+        out_tile = _fit(((s * rstd_tile[:, None]) * (_t3[None, :] * _f32(float(out_scale)))), (N_t, N_h))
+        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](out_tile), None, False)
+        return _s_out, _s_rstd, _s_residual_out
 
 
 VARIANTS = {

@@ -8,8 +8,8 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
-from ...common.tilelang_helpers import decode_bf16, encode_bf16, encode_e4m3, round_bf16
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from ...common.tilelang_helpers import decode_bf16, encode_bf16, encode_e4m3
 
 TARGET = 'c'
 PASS_CONFIGS = {'tirx.disable_vectorize': True}
@@ -25,8 +25,8 @@ def build_e4m3_fp32(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -36,41 +36,40 @@ def build_e4m3_fp32(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
         rstd: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g), "float32")
-            _t3 = T.alloc_local((B_t,), "float32")
-            rstd_tile = T.alloc_local((B_t,), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g), 'float32')
+            _t3 = T.alloc_local((B_t,), 'float32')
+            rstd_tile = T.alloc_local((B_t,), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale))))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -84,10 +83,8 @@ def build_e4m3_fp32_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_residual = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
-    STORE_residual_out = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -99,46 +96,45 @@ def build_e4m3_fp32_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
         residual_out: T.Tensor((T_, H), STORAGE_x),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g), "float32")
-            _t3 = T.alloc_local((B_t,), "float32")
-            rstd_tile = T.alloc_local((B_t,), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g), 'float32')
+            _t3 = T.alloc_local((B_t,), 'float32')
+            rstd_tile = T.alloc_local((B_t,), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_residual(residual[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c]))
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
+                if ((b_t * B_t + i_t) < N_t):
+                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale))))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -152,9 +148,8 @@ def build_e4m3_fp32_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1,
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weight = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -165,44 +160,43 @@ def build_e4m3_fp32_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1,
         rstd: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g), "float32")
-            _t3 = T.alloc_local((B_t,), "float32")
-            rstd_tile = T.alloc_local((B_t,), "float32")
-            _t4 = T.alloc_local((B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g), 'float32')
+            _t3 = T.alloc_local((B_t,), 'float32')
+            rstd_tile = T.alloc_local((B_t,), 'float32')
+            _t4 = T.alloc_local((B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.grid(B_g, B_c):
-                _t4[i_g, i_c] = LOAD_weight(weight[(i_g * N_c + i_c)])
+                _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale)))))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -216,11 +210,8 @@ def build_e4m3_fp32_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weight = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_residual = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
-    STORE_residual_out = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -233,49 +224,48 @@ def build_e4m3_fp32_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
         residual_out: T.Tensor((T_, H), STORAGE_x),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g), "float32")
-            _t3 = T.alloc_local((B_t,), "float32")
-            rstd_tile = T.alloc_local((B_t,), "float32")
-            _t4 = T.alloc_local((B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g), 'float32')
+            _t3 = T.alloc_local((B_t,), 'float32')
+            rstd_tile = T.alloc_local((B_t,), 'float32')
+            _t4 = T.alloc_local((B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_residual(residual[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c]))
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
+                if ((b_t * B_t + i_t) < N_t):
+                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.grid(B_g, B_c):
-                _t4[i_g, i_c] = LOAD_weight(weight[(i_g * N_c + i_c)])
+                _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale)))))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -289,8 +279,8 @@ def build_e4m3_pow2(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -300,41 +290,40 @@ def build_e4m3_pow2(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
         rstd: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g), "float32")
-            _t3 = T.alloc_local((B_t,), "float32")
-            rstd_tile = T.alloc_local((B_t,), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g), 'float32')
+            _t3 = T.alloc_local((B_t,), 'float32')
+            rstd_tile = T.alloc_local((B_t,), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale))))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -348,10 +337,8 @@ def build_e4m3_pow2_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_residual = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
-    STORE_residual_out = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -363,46 +350,45 @@ def build_e4m3_pow2_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
         residual_out: T.Tensor((T_, H), STORAGE_x),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g), "float32")
-            _t3 = T.alloc_local((B_t,), "float32")
-            rstd_tile = T.alloc_local((B_t,), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g), 'float32')
+            _t3 = T.alloc_local((B_t,), 'float32')
+            rstd_tile = T.alloc_local((B_t,), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_residual(residual[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c]))
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
+                if ((b_t * B_t + i_t) < N_t):
+                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale))))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -416,9 +402,8 @@ def build_e4m3_pow2_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1,
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weight = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -429,44 +414,43 @@ def build_e4m3_pow2_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1,
         rstd: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g), "float32")
-            _t3 = T.alloc_local((B_t,), "float32")
-            rstd_tile = T.alloc_local((B_t,), "float32")
-            _t4 = T.alloc_local((B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g), 'float32')
+            _t3 = T.alloc_local((B_t,), 'float32')
+            rstd_tile = T.alloc_local((B_t,), 'float32')
+            _t4 = T.alloc_local((B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.grid(B_g, B_c):
-                _t4[i_g, i_c] = LOAD_weight(weight[(i_g * N_c + i_c)])
+                _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale)))))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -480,11 +464,8 @@ def build_e4m3_pow2_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weight = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_residual = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
-    STORE_residual_out = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -497,49 +478,48 @@ def build_e4m3_pow2_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
         residual_out: T.Tensor((T_, H), STORAGE_x),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g), "float32")
-            _t3 = T.alloc_local((B_t,), "float32")
-            rstd_tile = T.alloc_local((B_t,), "float32")
-            _t4 = T.alloc_local((B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g), 'float32')
+            _t3 = T.alloc_local((B_t,), 'float32')
+            rstd_tile = T.alloc_local((B_t,), 'float32')
+            _t4 = T.alloc_local((B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_residual(residual[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c]))
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
+                if ((b_t * B_t + i_t) < N_t):
+                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.grid(B_g, B_c):
-                _t4[i_g, i_c] = LOAD_weight(weight[(i_g * N_c + i_c)])
+                _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale)))))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -549,12 +529,14 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1)
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -564,45 +546,46 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1)
         rstd: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g), "float32")
-            _t3 = T.alloc_local((B_t,), "float32")
-            rstd_tile = T.alloc_local((B_t,), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g), 'float32')
+            _t3 = T.alloc_local((B_t,), 'float32')
+            rstd_tile = T.alloc_local((B_t,), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale))))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -612,14 +595,14 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_residual = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
-    STORE_residual_out = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -631,50 +614,51 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
         residual_out: T.Tensor((T_, H), STORAGE_x),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g), "float32")
-            _t3 = T.alloc_local((B_t,), "float32")
-            rstd_tile = T.alloc_local((B_t,), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g), 'float32')
+            _t3 = T.alloc_local((B_t,), 'float32')
+            rstd_tile = T.alloc_local((B_t,), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_residual(residual[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c]))
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
+                if ((b_t * B_t + i_t) < N_t):
+                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale))))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -684,13 +668,14 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weight = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -701,48 +686,49 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1
         rstd: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g), "float32")
-            _t3 = T.alloc_local((B_t,), "float32")
-            rstd_tile = T.alloc_local((B_t,), "float32")
-            _t4 = T.alloc_local((B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g), 'float32')
+            _t3 = T.alloc_local((B_t,), 'float32')
+            rstd_tile = T.alloc_local((B_t,), 'float32')
+            _t4 = T.alloc_local((B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.grid(B_g, B_c):
-                _t4[i_g, i_c] = LOAD_weight(weight[(i_g * N_c + i_c)])
+                _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale)))))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -752,15 +738,14 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weight = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_residual = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
-    STORE_residual_out = { "bf16": lambda v: T.cast(encode_bf16(v), "uint16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -773,52 +758,53 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
         residual_out: T.Tensor((T_, H), STORAGE_x),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_local((B_t, B_g), "float32")
-            _t3 = T.alloc_local((B_t,), "float32")
-            rstd_tile = T.alloc_local((B_t,), "float32")
-            _t4 = T.alloc_local((B_g, B_c), "float32")
-            y = T.alloc_local((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g), 'float32')
+            _t3 = T.alloc_local((B_t,), 'float32')
+            rstd_tile = T.alloc_local((B_t,), 'float32')
+            _t4 = T.alloc_local((B_g, B_c), 'float32')
+            y = T.alloc_local((B_t, B_g, B_c), 'float32')
+            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_residual(residual[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c]))
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
+                if ((b_t * B_t + i_t) < N_t):
+                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-                if (b_t * B_t + i_t) < N_t:
-                    residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.grid(B_g, B_c):
-                _t4[i_g, i_c] = LOAD_weight(weight[(i_g * N_c + i_c)])
+                _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale)))))
+                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel

@@ -8,8 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
-from ...common.tilelang_helpers import round_bf16
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
@@ -25,8 +24,8 @@ def build_e4m3_fp32(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -36,47 +35,38 @@ def build_e4m3_fp32(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1
         rstd: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t3 = T.alloc_fragment((B_t,), "float32")
-            rstd_tile = T.alloc_fragment((B_t,), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g), 'float32')
+            _t3 = T.alloc_fragment((B_t,), 'float32')
+            rstd_tile = T.alloc_fragment((B_t,), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
+                s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(s2, _t2, dim=2)
+            T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale)))), T.float32(0.0))
+            T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -90,10 +80,8 @@ def build_e4m3_fp32_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_residual = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
-    STORE_residual_out = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -105,52 +93,43 @@ def build_e4m3_fp32_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
         residual_out: T.Tensor((T_, H), STORAGE_x),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t3 = T.alloc_fragment((B_t,), "float32")
-            rstd_tile = T.alloc_fragment((B_t,), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g), 'float32')
+            _t3 = T.alloc_fragment((B_t,), 'float32')
+            rstd_tile = T.alloc_fragment((B_t,), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_residual(residual[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c]))
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
+                s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(s2, _t2, dim=2)
+            T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale)))), T.float32(0.0))
+            T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -164,9 +143,8 @@ def build_e4m3_fp32_with_weight(H, eps, out_scale, group, x_dtype, *, threads=12
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weight = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -177,50 +155,41 @@ def build_e4m3_fp32_with_weight(H, eps, out_scale, group, x_dtype, *, threads=12
         rstd: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t3 = T.alloc_fragment((B_t,), "float32")
-            rstd_tile = T.alloc_fragment((B_t,), "float32")
-            _t4 = T.alloc_fragment((B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g), 'float32')
+            _t3 = T.alloc_fragment((B_t,), 'float32')
+            rstd_tile = T.alloc_fragment((B_t,), 'float32')
+            _t4 = T.alloc_fragment((B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
+                s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(s2, _t2, dim=2)
+            T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.Parallel(B_g, B_c):
-                _t4[i_g, i_c] = T.if_then_else((i_g < N_g) & (i_c < N_c), LOAD_weight(weight[(i_g * N_c + i_c)]), T.float32(0.0))
+                _t4[i_g, i_c] = T.if_then_else(((i_g < N_g) & (i_c < N_c)), LOAD_x(weight[((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))), T.float32(0.0))
+            T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -234,11 +203,8 @@ def build_e4m3_fp32_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weight = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_residual = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
-    STORE_residual_out = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -251,55 +217,46 @@ def build_e4m3_fp32_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
         residual_out: T.Tensor((T_, H), STORAGE_x),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t3 = T.alloc_fragment((B_t,), "float32")
-            rstd_tile = T.alloc_fragment((B_t,), "float32")
-            _t4 = T.alloc_fragment((B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g), 'float32')
+            _t3 = T.alloc_fragment((B_t,), 'float32')
+            rstd_tile = T.alloc_fragment((B_t,), 'float32')
+            _t4 = T.alloc_fragment((B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_residual(residual[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c]))
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
+                s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(s2, _t2, dim=2)
+            T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.Parallel(B_g, B_c):
-                _t4[i_g, i_c] = T.if_then_else((i_g < N_g) & (i_c < N_c), LOAD_weight(weight[(i_g * N_c + i_c)]), T.float32(0.0))
+                _t4[i_g, i_c] = T.if_then_else(((i_g < N_g) & (i_c < N_c)), LOAD_x(weight[((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))), T.float32(0.0))
+            T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -313,8 +270,8 @@ def build_e4m3_pow2(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -324,47 +281,38 @@ def build_e4m3_pow2(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1
         rstd: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t3 = T.alloc_fragment((B_t,), "float32")
-            rstd_tile = T.alloc_fragment((B_t,), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g), 'float32')
+            _t3 = T.alloc_fragment((B_t,), 'float32')
+            rstd_tile = T.alloc_fragment((B_t,), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
+                s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(s2, _t2, dim=2)
+            T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale)))), T.float32(0.0))
+            T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -378,10 +326,8 @@ def build_e4m3_pow2_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_residual = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
-    STORE_residual_out = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -393,52 +339,43 @@ def build_e4m3_pow2_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
         residual_out: T.Tensor((T_, H), STORAGE_x),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t3 = T.alloc_fragment((B_t,), "float32")
-            rstd_tile = T.alloc_fragment((B_t,), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g), 'float32')
+            _t3 = T.alloc_fragment((B_t,), 'float32')
+            rstd_tile = T.alloc_fragment((B_t,), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_residual(residual[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c]))
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
+                s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(s2, _t2, dim=2)
+            T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale)))), T.float32(0.0))
+            T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -452,9 +389,8 @@ def build_e4m3_pow2_with_weight(H, eps, out_scale, group, x_dtype, *, threads=12
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weight = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -465,50 +401,41 @@ def build_e4m3_pow2_with_weight(H, eps, out_scale, group, x_dtype, *, threads=12
         rstd: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t3 = T.alloc_fragment((B_t,), "float32")
-            rstd_tile = T.alloc_fragment((B_t,), "float32")
-            _t4 = T.alloc_fragment((B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g), 'float32')
+            _t3 = T.alloc_fragment((B_t,), 'float32')
+            rstd_tile = T.alloc_fragment((B_t,), 'float32')
+            _t4 = T.alloc_fragment((B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
+                s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(s2, _t2, dim=2)
+            T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.Parallel(B_g, B_c):
-                _t4[i_g, i_c] = T.if_then_else((i_g < N_g) & (i_c < N_c), LOAD_weight(weight[(i_g * N_c + i_c)]), T.float32(0.0))
+                _t4[i_g, i_c] = T.if_then_else(((i_g < N_g) & (i_c < N_c)), LOAD_x(weight[((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))), T.float32(0.0))
+            T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -522,11 +449,8 @@ def build_e4m3_pow2_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
     B_c = pad_pow2(N_c)
     B_t = block_t
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weight = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_residual = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
-    STORE_residual_out = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -539,55 +463,46 @@ def build_e4m3_pow2_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
         residual_out: T.Tensor((T_, H), STORAGE_x),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t3 = T.alloc_fragment((B_t,), "float32")
-            rstd_tile = T.alloc_fragment((B_t,), "float32")
-            _t4 = T.alloc_fragment((B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g), 'float32')
+            _t3 = T.alloc_fragment((B_t,), 'float32')
+            rstd_tile = T.alloc_fragment((B_t,), 'float32')
+            _t4 = T.alloc_fragment((B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_residual(residual[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c]))
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
+                s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(s2, _t2, dim=2)
+            T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.Parallel(B_g, B_c):
-                _t4[i_g, i_c] = T.if_then_else((i_g < N_g) & (i_c < N_c), LOAD_weight(weight[(i_g * N_c + i_c)]), T.float32(0.0))
+                _t4[i_g, i_c] = T.if_then_else(((i_g < N_g) & (i_c < N_c)), LOAD_x(weight[((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))), T.float32(0.0))
+            T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g):
+                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -597,12 +512,14 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -612,51 +529,44 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=
         rstd: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t3 = T.alloc_fragment((B_t,), "float32")
-            rstd_tile = T.alloc_fragment((B_t,), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g), 'float32')
+            _t3 = T.alloc_fragment((B_t,), 'float32')
+            rstd_tile = T.alloc_fragment((B_t,), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
+                s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(s2, _t2, dim=2)
+            T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale)))), T.float32(0.0))
+            T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -666,14 +576,14 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_residual = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
-    STORE_residual_out = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -685,56 +595,49 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
         residual_out: T.Tensor((T_, H), STORAGE_x),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t3 = T.alloc_fragment((B_t,), "float32")
-            rstd_tile = T.alloc_fragment((B_t,), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g), 'float32')
+            _t3 = T.alloc_fragment((B_t,), 'float32')
+            rstd_tile = T.alloc_fragment((B_t,), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_residual(residual[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c]))
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
+                s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(s2, _t2, dim=2)
+            T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (T.float32(1.0) * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale)))), T.float32(0.0))
+            T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -744,13 +647,14 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weight = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -761,54 +665,47 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1
         rstd: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t3 = T.alloc_fragment((B_t,), "float32")
-            rstd_tile = T.alloc_fragment((B_t,), "float32")
-            _t4 = T.alloc_fragment((B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g), 'float32')
+            _t3 = T.alloc_fragment((B_t,), 'float32')
+            rstd_tile = T.alloc_fragment((B_t,), 'float32')
+            _t4 = T.alloc_fragment((B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + T.float32(-0.0)))
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
+                s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(s2, _t2, dim=2)
+            T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.Parallel(B_g, B_c):
-                _t4[i_g, i_c] = T.if_then_else((i_g < N_g) & (i_c < N_c), LOAD_weight(weight[(i_g * N_c + i_c)]), T.float32(0.0))
+                _t4[i_g, i_c] = T.if_then_else(((i_g < N_g) & (i_c < N_c)), LOAD_x(weight[((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))), T.float32(0.0))
+            T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -818,15 +715,14 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = pad_pow2(N_g)
     B_c = pad_pow2(N_c)
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_weight = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_residual = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    ROUND_x = { "bf16": round_bf16, "fp32": lambda v: v, }[x_dtype]
-    STORE_residual_out = { "bf16": lambda v: T.cast(v, "bfloat16"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -839,58 +735,51 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
         residual_out: T.Tensor((T_, H), STORAGE_x),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t1 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2 = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s2_for_sum_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t2 = T.alloc_fragment((B_t, B_g), "float32")
-            _t2_for_sum_over_g = T.alloc_fragment((B_t, B_g), "float32")
-            _t3 = T.alloc_fragment((B_t,), "float32")
-            rstd_tile = T.alloc_fragment((B_t,), "float32")
-            _t4 = T.alloc_fragment((B_g, B_c), "float32")
-            y = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            y_for_absmax_over_c = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t5 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_fragment((B_t, B_g), 'float32')
+            _t3 = T.alloc_fragment((B_t,), 'float32')
+            rstd_tile = T.alloc_fragment((B_t,), 'float32')
+            _t4 = T.alloc_fragment((B_g, B_c), 'float32')
+            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t5 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c), LOAD_residual(residual[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = ROUND_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c]))
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    residual_out[(b_t * B_t + i_t), (i_g * N_c + i_c)] = STORE_residual_out(s[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s2_for_sum_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, s2[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_sum(s2_for_sum_over_c, _t2, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t2_for_sum_over_g[i_t, i_g] = T.if_then_else(i_g < N_g, _t2[i_t, i_g], T.float32(0.0))
-            T.reduce_sum(_t2_for_sum_over_g, _t3, dim=1)
+                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
+                s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]), T.float32(0.0))
+            T.reduce_sum(s2, _t2, dim=2)
+            T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.Parallel(B_g, B_c):
-                _t4[i_g, i_c] = T.if_then_else((i_g < N_g) & (i_c < N_c), LOAD_weight(weight[(i_g * N_c + i_c)]), T.float32(0.0))
+                _t4[i_g, i_c] = T.if_then_else(((i_g < N_g) & (i_c < N_c)), LOAD_x(weight[((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = ROUND_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(i_c < N_c, y[i_t, i_g, i_c], T.float32(0.0))
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
+                y[i_t, i_g, i_c] = T.Select((i_c < N_c), LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))), T.float32(0.0))
+            T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if ((b_t * B_t + i_t) < N_t) & (i_gp * 4 < N_g):
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_g < N_g) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel

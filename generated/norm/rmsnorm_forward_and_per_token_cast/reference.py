@@ -2,11 +2,11 @@
 # Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `rmsnorm_forward_and_per_token_cast`: the oracle its kernels are tested against, one function per variant.
 
-It computes on whole tensors, in float32, with the same operations in the same order as the kernels,
-and encodes outputs through the same generated software codecs.
+It runs the statements of the kernels on whole tensors, in float32, with the same operations in the same
+order, and encodes outputs through the same generated software codecs.
 """
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
-from ...common.torch_helpers import encode_bf16, encode_e4m3, round_bf16
+from ...common.torch_helpers import encode_bf16, encode_e4m3
 
 
 def reference_e4m3_fp32(x, weight, residual, eps, out_scale, group, _given=None):
@@ -15,24 +15,31 @@ def reference_e4m3_fp32(x, weight, residual, eps, out_scale, group, _given=None)
     N_t = T_
     N_g = (H // group)
     N_c = group
-    ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
-        s = ROUND_x((_t0 + _f32(-0.0)))
-        s2 = (s * s)
-        _t2 = s2.sum(dim=2)
-        _t3 = _t2.sum(dim=1)
-        rstd = _rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps))))
-        rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
-        y = ROUND_x(((s * rstd[:, None, None]) * (_f32(1.0) * _f32(float(out_scale)))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
+        s2 = _fit((s * s), (N_t, N_g, N_c))
+        _t2 = _sum(s2, 2)
+        _t3 = _sum(_t2, 1)
+        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
+        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
+        if _given and 'rstd' in _given:
+            _g = _given['rstd']
+            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32), (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t5), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype, device=_dev)
+        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_rstd, torch.empty(0, dtype=x.dtype, device=_dev)
 
 
 def reference_e4m3_fp32_with_residual(x, weight, residual, eps, out_scale, group, _given=None):
@@ -41,26 +48,35 @@ def reference_e4m3_fp32_with_residual(x, weight, residual, eps, out_scale, group
     N_t = T_
     N_g = (H // group)
     N_c = group
-    ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
-        _t1 = residual.to(torch.float32).reshape(N_t, N_g, N_c)
-        s = ROUND_x((_t0 + _t1))
-        residual_out = s
-        s2 = (s * s)
-        _t2 = s2.sum(dim=2)
-        _t3 = _t2.sum(dim=1)
-        rstd = _rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps))))
-        rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
-        y = ROUND_x(((s * rstd[:, None, None]) * (_f32(1.0) * _f32(float(out_scale)))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
+        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t1 = _fit(_view(residual, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
+        residual_out_tile = _fit(s, (N_t, N_g, N_c))
+        _store_view(_s_residual_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](residual_out_tile), None, False)
+        s2 = _fit((s * s), (N_t, N_g, N_c))
+        _t2 = _sum(s2, 2)
+        _t3 = _sum(_t2, 1)
+        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
+        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
+        if _given and 'rstd' in _given:
+            _g = _given['rstd']
+            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32), (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t5), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), rstd.reshape(T_,), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](residual_out).reshape(T_, H)
+        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_rstd, _s_residual_out
 
 
 def reference_e4m3_fp32_with_weight(x, weight, residual, eps, out_scale, group, _given=None):
@@ -69,25 +85,32 @@ def reference_e4m3_fp32_with_weight(x, weight, residual, eps, out_scale, group, 
     N_t = T_
     N_g = (H // group)
     N_c = group
-    ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
-        s = ROUND_x((_t0 + _f32(-0.0)))
-        s2 = (s * s)
-        _t2 = s2.sum(dim=2)
-        _t3 = _t2.sum(dim=1)
-        rstd = _rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps))))
-        rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
-        _t4 = weight.to(torch.float32).reshape(N_g, N_c)
-        y = ROUND_x(((s * rstd[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale)))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
+        s2 = _fit((s * s), (N_t, N_g, N_c))
+        _t2 = _sum(s2, 2)
+        _t3 = _sum(_t2, 1)
+        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
+        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
+        if _given and 'rstd' in _given:
+            _g = _given['rstd']
+            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        _t4 = _fit(_view(weight, (N_g * N_c,), (N_g, N_c), (), ('g', 'c'), ('g', 'c')).to(torch.float32), (N_g, N_c))
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(torch.float32), (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t5), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype, device=_dev)
+        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_rstd, torch.empty(0, dtype=x.dtype, device=_dev)
 
 
 def reference_e4m3_fp32_with_weight_with_residual(x, weight, residual, eps, out_scale, group, _given=None):
@@ -96,27 +119,36 @@ def reference_e4m3_fp32_with_weight_with_residual(x, weight, residual, eps, out_
     N_t = T_
     N_g = (H // group)
     N_c = group
-    ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
-        _t1 = residual.to(torch.float32).reshape(N_t, N_g, N_c)
-        s = ROUND_x((_t0 + _t1))
-        residual_out = s
-        s2 = (s * s)
-        _t2 = s2.sum(dim=2)
-        _t3 = _t2.sum(dim=1)
-        rstd = _rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps))))
-        rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
-        _t4 = weight.to(torch.float32).reshape(N_g, N_c)
-        y = ROUND_x(((s * rstd[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale)))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
+        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t1 = _fit(_view(residual, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
+        residual_out_tile = _fit(s, (N_t, N_g, N_c))
+        _store_view(_s_residual_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](residual_out_tile), None, False)
+        s2 = _fit((s * s), (N_t, N_g, N_c))
+        _t2 = _sum(s2, 2)
+        _t3 = _sum(_t2, 1)
+        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
+        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
+        if _given and 'rstd' in _given:
+            _g = _given['rstd']
+            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        _t4 = _fit(_view(weight, (N_g * N_c,), (N_g, N_c), (), ('g', 'c'), ('g', 'c')).to(torch.float32), (N_g, N_c))
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(torch.float32), (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t5), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), rstd.reshape(T_,), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](residual_out).reshape(T_, H)
+        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_rstd, _s_residual_out
 
 
 def reference_e4m3_pow2(x, weight, residual, eps, out_scale, group, _given=None):
@@ -125,24 +157,31 @@ def reference_e4m3_pow2(x, weight, residual, eps, out_scale, group, _given=None)
     N_t = T_
     N_g = (H // group)
     N_c = group
-    ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
-        s = ROUND_x((_t0 + _f32(-0.0)))
-        s2 = (s * s)
-        _t2 = s2.sum(dim=2)
-        _t3 = _t2.sum(dim=1)
-        rstd = _rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps))))
-        rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
-        y = ROUND_x(((s * rstd[:, None, None]) * (_f32(1.0) * _f32(float(out_scale)))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
+        s2 = _fit((s * s), (N_t, N_g, N_c))
+        _t2 = _sum(s2, 2)
+        _t3 = _sum(_t2, 1)
+        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
+        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
+        if _given and 'rstd' in _given:
+            _g = _given['rstd']
+            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32), (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t5), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype, device=_dev)
+        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_rstd, torch.empty(0, dtype=x.dtype, device=_dev)
 
 
 def reference_e4m3_pow2_with_residual(x, weight, residual, eps, out_scale, group, _given=None):
@@ -151,26 +190,35 @@ def reference_e4m3_pow2_with_residual(x, weight, residual, eps, out_scale, group
     N_t = T_
     N_g = (H // group)
     N_c = group
-    ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
-        _t1 = residual.to(torch.float32).reshape(N_t, N_g, N_c)
-        s = ROUND_x((_t0 + _t1))
-        residual_out = s
-        s2 = (s * s)
-        _t2 = s2.sum(dim=2)
-        _t3 = _t2.sum(dim=1)
-        rstd = _rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps))))
-        rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
-        y = ROUND_x(((s * rstd[:, None, None]) * (_f32(1.0) * _f32(float(out_scale)))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
+        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t1 = _fit(_view(residual, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
+        residual_out_tile = _fit(s, (N_t, N_g, N_c))
+        _store_view(_s_residual_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](residual_out_tile), None, False)
+        s2 = _fit((s * s), (N_t, N_g, N_c))
+        _t2 = _sum(s2, 2)
+        _t3 = _sum(_t2, 1)
+        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
+        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
+        if _given and 'rstd' in _given:
+            _g = _given['rstd']
+            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32), (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t5), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), rstd.reshape(T_,), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](residual_out).reshape(T_, H)
+        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_rstd, _s_residual_out
 
 
 def reference_e4m3_pow2_with_weight(x, weight, residual, eps, out_scale, group, _given=None):
@@ -179,25 +227,32 @@ def reference_e4m3_pow2_with_weight(x, weight, residual, eps, out_scale, group, 
     N_t = T_
     N_g = (H // group)
     N_c = group
-    ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
-        s = ROUND_x((_t0 + _f32(-0.0)))
-        s2 = (s * s)
-        _t2 = s2.sum(dim=2)
-        _t3 = _t2.sum(dim=1)
-        rstd = _rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps))))
-        rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
-        _t4 = weight.to(torch.float32).reshape(N_g, N_c)
-        y = ROUND_x(((s * rstd[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale)))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
+        s2 = _fit((s * s), (N_t, N_g, N_c))
+        _t2 = _sum(s2, 2)
+        _t3 = _sum(_t2, 1)
+        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
+        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
+        if _given and 'rstd' in _given:
+            _g = _given['rstd']
+            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        _t4 = _fit(_view(weight, (N_g * N_c,), (N_g, N_c), (), ('g', 'c'), ('g', 'c')).to(torch.float32), (N_g, N_c))
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(torch.float32), (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t5), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype, device=_dev)
+        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_rstd, torch.empty(0, dtype=x.dtype, device=_dev)
 
 
 def reference_e4m3_pow2_with_weight_with_residual(x, weight, residual, eps, out_scale, group, _given=None):
@@ -206,27 +261,36 @@ def reference_e4m3_pow2_with_weight_with_residual(x, weight, residual, eps, out_
     N_t = T_
     N_g = (H // group)
     N_c = group
-    ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
-        _t1 = residual.to(torch.float32).reshape(N_t, N_g, N_c)
-        s = ROUND_x((_t0 + _t1))
-        residual_out = s
-        s2 = (s * s)
-        _t2 = s2.sum(dim=2)
-        _t3 = _t2.sum(dim=1)
-        rstd = _rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps))))
-        rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
-        _t4 = weight.to(torch.float32).reshape(N_g, N_c)
-        y = ROUND_x(((s * rstd[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale)))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
+        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t1 = _fit(_view(residual, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
+        residual_out_tile = _fit(s, (N_t, N_g, N_c))
+        _store_view(_s_residual_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](residual_out_tile), None, False)
+        s2 = _fit((s * s), (N_t, N_g, N_c))
+        _t2 = _sum(s2, 2)
+        _t3 = _sum(_t2, 1)
+        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
+        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
+        if _given and 'rstd' in _given:
+            _g = _given['rstd']
+            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        _t4 = _fit(_view(weight, (N_g * N_c,), (N_g, N_c), (), ('g', 'c'), ('g', 'c')).to(torch.float32), (N_g, N_c))
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(torch.float32), (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t5), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group)), rstd.reshape(T_,), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](residual_out).reshape(T_, H)
+        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_rstd, _s_residual_out
 
 
 def reference_e4m3_ue8m0(x, weight, residual, eps, out_scale, group, _given=None):
@@ -235,24 +299,33 @@ def reference_e4m3_ue8m0(x, weight, residual, eps, out_scale, group, _given=None
     N_t = T_
     N_g = (H // group)
     N_c = group
-    ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
-        s = ROUND_x((_t0 + _f32(-0.0)))
-        s2 = (s * s)
-        _t2 = s2.sum(dim=2)
-        _t3 = _t2.sum(dim=1)
-        rstd = _rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps))))
-        rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
-        y = ROUND_x(((s * rstd[:, None, None]) * (_f32(1.0) * _f32(float(out_scale)))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
+        s2 = _fit((s * s), (N_t, N_g, N_c))
+        _t2 = _sum(s2, 2)
+        _t3 = _sum(_t2, 1)
+        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
+        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
+        if _given and 'rstd' in _given:
+            _g = _given['rstd']
+            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32), (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t5), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype, device=_dev)
+        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_rstd, torch.empty(0, dtype=x.dtype, device=_dev)
 
 
 def reference_e4m3_ue8m0_with_residual(x, weight, residual, eps, out_scale, group, _given=None):
@@ -261,26 +334,37 @@ def reference_e4m3_ue8m0_with_residual(x, weight, residual, eps, out_scale, grou
     N_t = T_
     N_g = (H // group)
     N_c = group
-    ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
-        _t1 = residual.to(torch.float32).reshape(N_t, N_g, N_c)
-        s = ROUND_x((_t0 + _t1))
-        residual_out = s
-        s2 = (s * s)
-        _t2 = s2.sum(dim=2)
-        _t3 = _t2.sum(dim=1)
-        rstd = _rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps))))
-        rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
-        y = ROUND_x(((s * rstd[:, None, None]) * (_f32(1.0) * _f32(float(out_scale)))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
+        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t1 = _fit(_view(residual, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
+        residual_out_tile = _fit(s, (N_t, N_g, N_c))
+        _store_view(_s_residual_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](residual_out_tile), None, False)
+        s2 = _fit((s * s), (N_t, N_g, N_c))
+        _t2 = _sum(s2, 2)
+        _t3 = _sum(_t2, 1)
+        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
+        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
+        if _given and 'rstd' in _given:
+            _g = _given['rstd']
+            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32), (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t5), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), rstd.reshape(T_,), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](residual_out).reshape(T_, H)
+        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_rstd, _s_residual_out
 
 
 def reference_e4m3_ue8m0_with_weight(x, weight, residual, eps, out_scale, group, _given=None):
@@ -289,25 +373,34 @@ def reference_e4m3_ue8m0_with_weight(x, weight, residual, eps, out_scale, group,
     N_t = T_
     N_g = (H // group)
     N_c = group
-    ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
-        s = ROUND_x((_t0 + _f32(-0.0)))
-        s2 = (s * s)
-        _t2 = s2.sum(dim=2)
-        _t3 = _t2.sum(dim=1)
-        rstd = _rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps))))
-        rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
-        _t4 = weight.to(torch.float32).reshape(N_g, N_c)
-        y = ROUND_x(((s * rstd[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale)))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
+        s2 = _fit((s * s), (N_t, N_g, N_c))
+        _t2 = _sum(s2, 2)
+        _t3 = _sum(_t2, 1)
+        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
+        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
+        if _given and 'rstd' in _given:
+            _g = _given['rstd']
+            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        _t4 = _fit(_view(weight, (N_g * N_c,), (N_g, N_c), (), ('g', 'c'), ('g', 'c')).to(torch.float32), (N_g, N_c))
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(torch.float32), (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t5), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), rstd.reshape(T_,), torch.empty(0, dtype=x.dtype, device=_dev)
+        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_rstd, torch.empty(0, dtype=x.dtype, device=_dev)
 
 
 def reference_e4m3_ue8m0_with_weight_with_residual(x, weight, residual, eps, out_scale, group, _given=None):
@@ -316,27 +409,38 @@ def reference_e4m3_ue8m0_with_weight_with_residual(x, weight, residual, eps, out
     N_t = T_
     N_g = (H // group)
     N_c = group
-    ROUND_x = {torch.bfloat16: round_bf16, torch.float32: _same}[x.dtype]
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = x.to(torch.float32).reshape(N_t, N_g, N_c)
-        _t1 = residual.to(torch.float32).reshape(N_t, N_g, N_c)
-        s = ROUND_x((_t0 + _t1))
-        residual_out = s
-        s2 = (s * s)
-        _t2 = s2.sum(dim=2)
-        _t3 = _t2.sum(dim=1)
-        rstd = _rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps))))
-        rstd = _given['rstd'].to(torch.float32).reshape(rstd.shape) if _given and 'rstd' in _given else rstd
-        _t4 = weight.to(torch.float32).reshape(N_g, N_c)
-        y = ROUND_x(((s * rstd[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale)))))
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
+        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t1 = _fit(_view(residual, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
+        residual_out_tile = _fit(s, (N_t, N_g, N_c))
+        _store_view(_s_residual_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](residual_out_tile), None, False)
+        s2 = _fit((s * s), (N_t, N_g, N_c))
+        _t2 = _sum(s2, 2)
+        _t3 = _sum(_t2, 1)
+        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
+        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
+        if _given and 'rstd' in _given:
+            _g = _given['rstd']
+            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        _t4 = _fit(_view(weight, (N_g * N_c,), (N_g, N_c), (), ('g', 'c'), ('g', 'c')).to(torch.float32), (N_g, N_c))
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(torch.float32), (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
-        amax = torch.maximum(_t(_t5), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (y * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), rstd.reshape(T_,), {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[x.dtype](residual_out).reshape(T_, H)
+        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf, _s_rstd, _s_residual_out
 
 
 VARIANTS = {

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import decode_e2m1, decode_e4m3, decode_e5m2, decode_e5m6, encode_bf16
 
 TARGET = 'c'
@@ -24,7 +24,6 @@ def build_e4m3_fp32_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
 
     @T.prim_func
     def kernel(
@@ -33,15 +32,15 @@ def build_e4m3_fp32_bf16(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -54,7 +53,6 @@ def build_e4m3_fp32_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
 
     @T.prim_func
     def kernel(
@@ -63,15 +61,15 @@ def build_e4m3_fp32_fp32(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -84,7 +82,6 @@ def build_e4m3_ue8m0_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
 
     @T.prim_func
     def kernel(
@@ -93,15 +90,15 @@ def build_e4m3_ue8m0_bf16(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((i_g) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -114,7 +111,6 @@ def build_e4m3_ue8m0_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
 
     @T.prim_func
     def kernel(
@@ -123,15 +119,15 @@ def build_e4m3_ue8m0_fp32(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((i_g) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -144,7 +140,6 @@ def build_e4m3_ue8m0_byte_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
 
     @T.prim_func
     def kernel(
@@ -153,15 +148,15 @@ def build_e4m3_ue8m0_byte_bf16(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), i_g], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), i_g], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -174,7 +169,6 @@ def build_e4m3_ue8m0_byte_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    LOAD_q = lambda v: decode_e4m3(T.cast(v, "uint32"))
 
     @T.prim_func
     def kernel(
@@ -183,15 +177,15 @@ def build_e4m3_ue8m0_byte_fp32(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), i_g], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), i_g], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -204,7 +198,6 @@ def build_e5m2_fp32_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    LOAD_q = lambda v: decode_e5m2(T.cast(v, "uint32"))
 
     @T.prim_func
     def kernel(
@@ -213,15 +206,15 @@ def build_e5m2_fp32_bf16(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e5m2(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -234,7 +227,6 @@ def build_e5m2_fp32_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    LOAD_q = lambda v: decode_e5m2(T.cast(v, "uint32"))
 
     @T.prim_func
     def kernel(
@@ -243,15 +235,15 @@ def build_e5m2_fp32_fp32(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e5m2(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -264,7 +256,6 @@ def build_e5m2_ue8m0_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    LOAD_q = lambda v: decode_e5m2(T.cast(v, "uint32"))
 
     @T.prim_func
     def kernel(
@@ -273,15 +264,15 @@ def build_e5m2_ue8m0_bf16(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e5m2(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((i_g) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -294,7 +285,6 @@ def build_e5m2_ue8m0_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    LOAD_q = lambda v: decode_e5m2(T.cast(v, "uint32"))
 
     @T.prim_func
     def kernel(
@@ -303,15 +293,15 @@ def build_e5m2_ue8m0_fp32(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e5m2(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((i_g) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -324,7 +314,6 @@ def build_e5m2_ue8m0_byte_bf16(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    LOAD_q = lambda v: decode_e5m2(T.cast(v, "uint32"))
 
     @T.prim_func
     def kernel(
@@ -333,15 +322,15 @@ def build_e5m2_ue8m0_byte_bf16(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e5m2(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), i_g], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), i_g], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -354,7 +343,6 @@ def build_e5m2_ue8m0_byte_fp32(H, block, *, threads=1, block_t=1):
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    LOAD_q = lambda v: decode_e5m2(T.cast(v, "uint32"))
 
     @T.prim_func
     def kernel(
@@ -363,15 +351,15 @@ def build_e5m2_ue8m0_byte_fp32(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e5m2(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), i_g], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), i_g], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -392,17 +380,18 @@ def build_e2m1_fp32_bf16(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            q_code = T.alloc_local((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((i_g * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -423,17 +412,18 @@ def build_e2m1_fp32_fp32(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            q_code = T.alloc_local((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((i_g * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -454,17 +444,18 @@ def build_e2m1_ue8m0_bf16(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            q_code = T.alloc_local((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((i_g * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((i_g) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -485,17 +476,18 @@ def build_e2m1_ue8m0_fp32(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            q_code = T.alloc_local((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((i_g * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((i_g) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -516,17 +508,18 @@ def build_e2m1_ue8m0_byte_bf16(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            q_code = T.alloc_local((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((i_g * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), i_g], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), i_g], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -547,17 +540,18 @@ def build_e2m1_ue8m0_byte_fp32(H, block, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            q_code = T.alloc_local((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((i_g * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), i_g], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), i_g], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -573,22 +567,23 @@ def build_e5m6_fp32_bf16(H, block, *, threads=1, block_t=1):
 
     @T.prim_func
     def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, (H // block)), 'float32'),
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            q_code = T.alloc_local((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - (((i_g * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -604,22 +599,23 @@ def build_e5m6_fp32_fp32(H, block, *, threads=1, block_t=1):
 
     @T.prim_func
     def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, (H // block)), 'float32'),
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            q_code = T.alloc_local((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - (((i_g * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -635,22 +631,23 @@ def build_e5m6_ue8m0_bf16(H, block, *, threads=1, block_t=1):
 
     @T.prim_func
     def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, T.ceildiv((H // block), 4)), 'int32'),
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            q_code = T.alloc_local((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - (((i_g * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((i_g) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -666,22 +663,23 @@ def build_e5m6_ue8m0_fp32(H, block, *, threads=1, block_t=1):
 
     @T.prim_func
     def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, T.ceildiv((H // block), 4)), 'int32'),
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            q_code = T.alloc_local((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - (((i_g * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), (i_g) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((i_g) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -697,22 +695,23 @@ def build_e5m6_ue8m0_byte_bf16(H, block, *, threads=1, block_t=1):
 
     @T.prim_func
     def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, (H // block)), 'uint8'),
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            q_code = T.alloc_local((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - (((i_g * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), i_g], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), i_g], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -728,21 +727,22 @@ def build_e5m6_ue8m0_byte_fp32(H, block, *, threads=1, block_t=1):
 
     @T.prim_func
     def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, (H // block)), 'uint8'),
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            qf = T.alloc_local((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_local((B_t, B_g, B_c), "uint32")
-            s = T.alloc_local((B_t, B_g), "float32")
+            q_code = T.alloc_local((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), ((i_g * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - (((i_g * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - (((i_g * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), i_g], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), i_g], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel

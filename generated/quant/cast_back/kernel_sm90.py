@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import decode_e2m1, decode_e5m6
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
@@ -23,8 +23,7 @@ def build_e4m3_fp32_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    LOAD_q = lambda v: T.cast(v, "float32")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -35,15 +34,15 @@ def build_e4m3_fp32_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -55,8 +54,7 @@ def build_e4m3_fp32_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    LOAD_q = lambda v: T.cast(v, "float32")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -67,15 +65,15 @@ def build_e4m3_fp32_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -87,8 +85,7 @@ def build_e4m3_ue8m0_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
-    LOAD_q = lambda v: T.cast(v, "float32")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -99,15 +96,15 @@ def build_e4m3_ue8m0_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), ((b_g * B_g + i_g)) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast(((((b_g * B_g + i_g)) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -119,8 +116,7 @@ def build_e4m3_ue8m0_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
-    LOAD_q = lambda v: T.cast(v, "float32")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -131,15 +127,15 @@ def build_e4m3_ue8m0_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), ((b_g * B_g + i_g)) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast(((((b_g * B_g + i_g)) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -151,8 +147,7 @@ def build_e4m3_ue8m0_byte_bf16(H, block, *, threads=128, block_t=4, tile_elems=4
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    LOAD_q = lambda v: T.cast(v, "float32")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -163,15 +158,15 @@ def build_e4m3_ue8m0_byte_bf16(H, block, *, threads=128, block_t=4, tile_elems=4
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -183,8 +178,7 @@ def build_e4m3_ue8m0_byte_fp32(H, block, *, threads=128, block_t=4, tile_elems=4
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    LOAD_q = lambda v: T.cast(v, "float32")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -195,15 +189,15 @@ def build_e4m3_ue8m0_byte_fp32(H, block, *, threads=128, block_t=4, tile_elems=4
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -215,8 +209,7 @@ def build_e5m2_fp32_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    LOAD_q = lambda v: T.cast(v, "float32")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -227,15 +220,15 @@ def build_e5m2_fp32_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -247,8 +240,7 @@ def build_e5m2_fp32_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    LOAD_q = lambda v: T.cast(v, "float32")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -259,15 +251,15 @@ def build_e5m2_fp32_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -279,8 +271,7 @@ def build_e5m2_ue8m0_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
-    LOAD_q = lambda v: T.cast(v, "float32")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -291,15 +282,15 @@ def build_e5m2_ue8m0_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), ((b_g * B_g + i_g)) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast(((((b_g * B_g + i_g)) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -311,8 +302,7 @@ def build_e5m2_ue8m0_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
-    LOAD_q = lambda v: T.cast(v, "float32")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -323,15 +313,15 @@ def build_e5m2_ue8m0_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), ((b_g * B_g + i_g)) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast(((((b_g * B_g + i_g)) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -343,8 +333,7 @@ def build_e5m2_ue8m0_byte_bf16(H, block, *, threads=128, block_t=4, tile_elems=4
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    LOAD_q = lambda v: T.cast(v, "float32")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -355,15 +344,15 @@ def build_e5m2_ue8m0_byte_bf16(H, block, *, threads=128, block_t=4, tile_elems=4
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -375,8 +364,7 @@ def build_e5m2_ue8m0_byte_fp32(H, block, *, threads=128, block_t=4, tile_elems=4
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    LOAD_q = lambda v: T.cast(v, "float32")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -387,15 +375,15 @@ def build_e5m2_ue8m0_byte_fp32(H, block, *, threads=128, block_t=4, tile_elems=4
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_q(q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -407,7 +395,7 @@ def build_e2m1_fp32_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -418,17 +406,18 @@ def build_e2m1_fp32_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_fragment((B_t, B_g, B_c), "uint32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            q_code = T.alloc_fragment((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast((((((b_g * B_g + i_g) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -440,7 +429,7 @@ def build_e2m1_fp32_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -451,17 +440,18 @@ def build_e2m1_fp32_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_fragment((B_t, B_g, B_c), "uint32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            q_code = T.alloc_fragment((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast((((((b_g * B_g + i_g) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -473,7 +463,7 @@ def build_e2m1_ue8m0_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -484,17 +474,18 @@ def build_e2m1_ue8m0_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_fragment((B_t, B_g, B_c), "uint32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            q_code = T.alloc_fragment((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast((((((b_g * B_g + i_g) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), ((b_g * B_g + i_g)) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast(((((b_g * B_g + i_g)) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -506,7 +497,7 @@ def build_e2m1_ue8m0_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -517,17 +508,18 @@ def build_e2m1_ue8m0_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_fragment((B_t, B_g, B_c), "uint32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            q_code = T.alloc_fragment((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast((((((b_g * B_g + i_g) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), ((b_g * B_g + i_g)) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast(((((b_g * B_g + i_g)) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -539,7 +531,7 @@ def build_e2m1_ue8m0_byte_bf16(H, block, *, threads=128, block_t=4, tile_elems=4
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -550,17 +542,18 @@ def build_e2m1_ue8m0_byte_bf16(H, block, *, threads=128, block_t=4, tile_elems=4
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_fragment((B_t, B_g, B_c), "uint32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            q_code = T.alloc_fragment((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast((((((b_g * B_g + i_g) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -572,7 +565,7 @@ def build_e2m1_ue8m0_byte_fp32(H, block, *, threads=128, block_t=4, tile_elems=4
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -583,17 +576,18 @@ def build_e2m1_ue8m0_byte_fp32(H, block, *, threads=128, block_t=4, tile_elems=4
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_fragment((B_t, B_g, B_c), "uint32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            q_code = T.alloc_fragment((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, (((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast((((((b_g * B_g + i_g) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e2m1(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -605,28 +599,29 @@ def build_e5m6_fp32_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, (H // block)), 'float32'),
         y: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_fragment((B_t, B_g, B_c), "uint32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            q_code = T.alloc_fragment((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 8 * 3 + (2 - ((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -638,28 +633,29 @@ def build_e5m6_fp32_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, (H // block)), 'float32'),
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_fragment((B_t, B_g, B_c), "uint32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            q_code = T.alloc_fragment((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 8 * 3 + (2 - ((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], T.float32(0.0))
+                s[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -671,28 +667,29 @@ def build_e5m6_ue8m0_bf16(H, block, *, threads=128, block_t=4, tile_elems=4096):
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, T.ceildiv((H // block), 4)), 'int32'),
         y: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_fragment((B_t, B_g, B_c), "uint32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            q_code = T.alloc_fragment((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 8 * 3 + (2 - ((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), ((b_g * B_g + i_g)) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast(((((b_g * B_g + i_g)) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -704,28 +701,29 @@ def build_e5m6_ue8m0_fp32(H, block, *, threads=128, block_t=4, tile_elems=4096):
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, T.ceildiv((H // block), 4)), 'int32'),
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_fragment((B_t, B_g, B_c), "uint32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            q_code = T.alloc_fragment((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 8 * 3 + (2 - ((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret(((((T.cast(sf[(b_t * B_t + i_t), ((b_g * B_g + i_g)) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast(((((b_g * B_g + i_g)) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel
 
@@ -737,28 +735,29 @@ def build_e5m6_ue8m0_byte_bf16(H, block, *, threads=128, block_t=4, tile_elems=4
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, (H // block)), 'uint8'),
         y: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_fragment((B_t, B_g, B_c), "uint32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            q_code = T.alloc_fragment((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 8 * 3 + (2 - ((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((qf[i_t, i_g, i_c] * s[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -770,27 +769,28 @@ def build_e5m6_ue8m0_byte_fp32(H, block, *, threads=128, block_t=4, tile_elems=4
     N_c = block
     B_c = N_c
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
 
     @T.prim_func
     def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, (H // block)), 'uint8'),
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            qf_code = T.alloc_fragment((B_t, B_g, B_c), "uint32")
-            s = T.alloc_fragment((B_t, B_g), "float32")
+            q_code = T.alloc_fragment((B_t, B_g, B_c), 'uint32')
+            qf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            s = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                qf_code[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, T.cast(((T.cast((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 8 * 3 + (2 - ((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) // 32))], "uint32") & T.uint32(0xffffffff)), "uint64") | (T.cast((T.cast(q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c + i_c)) // 8 * 3 + (T.max(2 - ((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) // 32), 1) - 1)], "uint32") & T.uint32(0xffffffff)), "uint64") << T.uint64(32))) >> T.cast((84 - ((((b_g * B_g + i_g) * N_c + i_c)) % 8) * 12) % 32, "uint64")) & T.uint64(0xfff), "uint32"), T.uint32(0))
-                qf[i_t, i_g, i_c] = decode_e5m6(qf_code[i_t, i_g, i_c])
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
+                qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.Parallel(B_t, B_g):
-                s[i_t, i_g] = T.if_then_else((b_t * B_t + i_t) < N_t, T.reinterpret((T.cast(sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                s[i_t, i_g] = T.reinterpret((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
 
     return kernel

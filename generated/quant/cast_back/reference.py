@@ -2,11 +2,11 @@
 # Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `cast_back`: the oracle its kernels are tested against, one function per variant.
 
-It computes on whole tensors, in float32, with the same operations in the same order as the kernels,
-and encodes outputs through the same generated software codecs.
+It runs the statements of the kernels on whole tensors, in float32, with the same operations in the same
+order, and encodes outputs through the same generated software codecs.
 """
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
-from ...common.torch_helpers import decode_e2m1, decode_e4m3, decode_e5m2, decode_e5m6, encode_bf16
+from ...common.torch_helpers import decode_e2m1, decode_e5m6, encode_bf16
 
 
 def reference_e4m3_fp32_bf16(q, sf, block, _given=None):
@@ -18,10 +18,12 @@ def reference_e4m3_fp32_bf16(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e4m3(_codes_of(q)).reshape(N_t, N_g, N_c)
-        s = sf.to(torch.float32).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return _codes_as(encode_bf16(y), torch.uint16, torch.bfloat16).reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        qf = _fit(_view(q, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g')).to(torch.float32), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
+        return _s_y,
 
 
 def reference_e4m3_fp32_fp32(q, sf, block, _given=None):
@@ -33,10 +35,12 @@ def reference_e4m3_fp32_fp32(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e4m3(_codes_of(q)).reshape(N_t, N_g, N_c)
-        s = sf.to(torch.float32).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return y.reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        qf = _fit(_view(q, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g')).to(torch.float32), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
+        return _s_y,
 
 
 def reference_e4m3_ue8m0_bf16(q, sf, block, _given=None):
@@ -48,10 +52,12 @@ def reference_e4m3_ue8m0_bf16(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e4m3(_codes_of(q)).reshape(N_t, N_g, N_c)
-        s = _from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // block)] << 23).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return _codes_as(encode_bf16(y), torch.uint16, torch.bfloat16).reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        qf = _fit(_view(q, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit(_from_bits(((((_codes_of(_gather(sf, (_ix(N_t, 0, 2, _dev), torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None)) >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF)) & 255) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
+        return _s_y,
 
 
 def reference_e4m3_ue8m0_fp32(q, sf, block, _given=None):
@@ -63,10 +69,12 @@ def reference_e4m3_ue8m0_fp32(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e4m3(_codes_of(q)).reshape(N_t, N_g, N_c)
-        s = _from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // block)] << 23).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return y.reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        qf = _fit(_view(q, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit(_from_bits(((((_codes_of(_gather(sf, (_ix(N_t, 0, 2, _dev), torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None)) >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF)) & 255) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
+        return _s_y,
 
 
 def reference_e4m3_ue8m0_byte_bf16(q, sf, block, _given=None):
@@ -78,10 +86,12 @@ def reference_e4m3_ue8m0_byte_bf16(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e4m3(_codes_of(q)).reshape(N_t, N_g, N_c)
-        s = _from_bits(_codes_of(sf) << 23).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return _codes_as(encode_bf16(y), torch.uint16, torch.bfloat16).reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        qf = _fit(_view(q, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit(_from_bits(((_codes_of(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g'))) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
+        return _s_y,
 
 
 def reference_e4m3_ue8m0_byte_fp32(q, sf, block, _given=None):
@@ -93,10 +103,12 @@ def reference_e4m3_ue8m0_byte_fp32(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e4m3(_codes_of(q)).reshape(N_t, N_g, N_c)
-        s = _from_bits(_codes_of(sf) << 23).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return y.reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        qf = _fit(_view(q, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit(_from_bits(((_codes_of(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g'))) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
+        return _s_y,
 
 
 def reference_e5m2_fp32_bf16(q, sf, block, _given=None):
@@ -108,10 +120,12 @@ def reference_e5m2_fp32_bf16(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e5m2(_codes_of(q)).reshape(N_t, N_g, N_c)
-        s = sf.to(torch.float32).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return _codes_as(encode_bf16(y), torch.uint16, torch.bfloat16).reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        qf = _fit(_view(q, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g')).to(torch.float32), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
+        return _s_y,
 
 
 def reference_e5m2_fp32_fp32(q, sf, block, _given=None):
@@ -123,10 +137,12 @@ def reference_e5m2_fp32_fp32(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e5m2(_codes_of(q)).reshape(N_t, N_g, N_c)
-        s = sf.to(torch.float32).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return y.reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        qf = _fit(_view(q, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g')).to(torch.float32), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
+        return _s_y,
 
 
 def reference_e5m2_ue8m0_bf16(q, sf, block, _given=None):
@@ -138,10 +154,12 @@ def reference_e5m2_ue8m0_bf16(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e5m2(_codes_of(q)).reshape(N_t, N_g, N_c)
-        s = _from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // block)] << 23).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return _codes_as(encode_bf16(y), torch.uint16, torch.bfloat16).reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        qf = _fit(_view(q, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit(_from_bits(((((_codes_of(_gather(sf, (_ix(N_t, 0, 2, _dev), torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None)) >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF)) & 255) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
+        return _s_y,
 
 
 def reference_e5m2_ue8m0_fp32(q, sf, block, _given=None):
@@ -153,10 +171,12 @@ def reference_e5m2_ue8m0_fp32(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e5m2(_codes_of(q)).reshape(N_t, N_g, N_c)
-        s = _from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // block)] << 23).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return y.reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        qf = _fit(_view(q, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit(_from_bits(((((_codes_of(_gather(sf, (_ix(N_t, 0, 2, _dev), torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None)) >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF)) & 255) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
+        return _s_y,
 
 
 def reference_e5m2_ue8m0_byte_bf16(q, sf, block, _given=None):
@@ -168,10 +188,12 @@ def reference_e5m2_ue8m0_byte_bf16(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e5m2(_codes_of(q)).reshape(N_t, N_g, N_c)
-        s = _from_bits(_codes_of(sf) << 23).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return _codes_as(encode_bf16(y), torch.uint16, torch.bfloat16).reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        qf = _fit(_view(q, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit(_from_bits(((_codes_of(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g'))) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
+        return _s_y,
 
 
 def reference_e5m2_ue8m0_byte_fp32(q, sf, block, _given=None):
@@ -183,10 +205,12 @@ def reference_e5m2_ue8m0_byte_fp32(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e5m2(_codes_of(q)).reshape(N_t, N_g, N_c)
-        s = _from_bits(_codes_of(sf) << 23).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return y.reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        qf = _fit(_view(q, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit(_from_bits(((_codes_of(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g'))) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
+        return _s_y,
 
 
 def reference_e2m1_fp32_bf16(q, sf, block, _given=None):
@@ -198,10 +222,13 @@ def reference_e2m1_fp32_bf16(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))).reshape(N_t, N_g, N_c)
-        s = sf.to(torch.float32).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return _codes_as(encode_bf16(y), torch.uint16, torch.bfloat16).reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        q_code = _fit(((_codes_of(_gather(q.view(torch.uint8), (_ix(N_t, 0, 3, _dev), torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(2), rounding_mode='floor')), None)) >> (_wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(2)) * 4) & 0xFFFFFFFF)) & 15), (N_t, N_g, N_c))
+        qf = _fit(decode_e2m1(q_code), (N_t, N_g, N_c))
+        s = _fit(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g')).to(torch.float32), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
+        return _s_y,
 
 
 def reference_e2m1_fp32_fp32(q, sf, block, _given=None):
@@ -213,10 +240,13 @@ def reference_e2m1_fp32_fp32(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))).reshape(N_t, N_g, N_c)
-        s = sf.to(torch.float32).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return y.reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        q_code = _fit(((_codes_of(_gather(q.view(torch.uint8), (_ix(N_t, 0, 3, _dev), torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(2), rounding_mode='floor')), None)) >> (_wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(2)) * 4) & 0xFFFFFFFF)) & 15), (N_t, N_g, N_c))
+        qf = _fit(decode_e2m1(q_code), (N_t, N_g, N_c))
+        s = _fit(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g')).to(torch.float32), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
+        return _s_y,
 
 
 def reference_e2m1_ue8m0_bf16(q, sf, block, _given=None):
@@ -228,10 +258,13 @@ def reference_e2m1_ue8m0_bf16(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))).reshape(N_t, N_g, N_c)
-        s = _from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // block)] << 23).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return _codes_as(encode_bf16(y), torch.uint16, torch.bfloat16).reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        q_code = _fit(((_codes_of(_gather(q.view(torch.uint8), (_ix(N_t, 0, 3, _dev), torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(2), rounding_mode='floor')), None)) >> (_wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(2)) * 4) & 0xFFFFFFFF)) & 15), (N_t, N_g, N_c))
+        qf = _fit(decode_e2m1(q_code), (N_t, N_g, N_c))
+        s = _fit(_from_bits(((((_codes_of(_gather(sf, (_ix(N_t, 0, 2, _dev), torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None)) >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF)) & 255) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
+        return _s_y,
 
 
 def reference_e2m1_ue8m0_fp32(q, sf, block, _given=None):
@@ -243,10 +276,13 @@ def reference_e2m1_ue8m0_fp32(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))).reshape(N_t, N_g, N_c)
-        s = _from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // block)] << 23).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return y.reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        q_code = _fit(((_codes_of(_gather(q.view(torch.uint8), (_ix(N_t, 0, 3, _dev), torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(2), rounding_mode='floor')), None)) >> (_wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(2)) * 4) & 0xFFFFFFFF)) & 15), (N_t, N_g, N_c))
+        qf = _fit(decode_e2m1(q_code), (N_t, N_g, N_c))
+        s = _fit(_from_bits(((((_codes_of(_gather(sf, (_ix(N_t, 0, 2, _dev), torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None)) >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF)) & 255) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
+        return _s_y,
 
 
 def reference_e2m1_ue8m0_byte_bf16(q, sf, block, _given=None):
@@ -258,10 +294,13 @@ def reference_e2m1_ue8m0_byte_bf16(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))).reshape(N_t, N_g, N_c)
-        s = _from_bits(_codes_of(sf) << 23).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return _codes_as(encode_bf16(y), torch.uint16, torch.bfloat16).reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        q_code = _fit(((_codes_of(_gather(q.view(torch.uint8), (_ix(N_t, 0, 3, _dev), torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(2), rounding_mode='floor')), None)) >> (_wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(2)) * 4) & 0xFFFFFFFF)) & 15), (N_t, N_g, N_c))
+        qf = _fit(decode_e2m1(q_code), (N_t, N_g, N_c))
+        s = _fit(_from_bits(((_codes_of(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g'))) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
+        return _s_y,
 
 
 def reference_e2m1_ue8m0_byte_fp32(q, sf, block, _given=None):
@@ -273,100 +312,121 @@ def reference_e2m1_ue8m0_byte_fp32(q, sf, block, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e2m1(_unpack_codes(q, (2, 4, 1, 'uint8', 'lsb_first'))).reshape(N_t, N_g, N_c)
-        s = _from_bits(_codes_of(sf) << 23).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return y.reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        q_code = _fit(((_codes_of(_gather(q.view(torch.uint8), (_ix(N_t, 0, 3, _dev), torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(2), rounding_mode='floor')), None)) >> (_wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(2)) * 4) & 0xFFFFFFFF)) & 15), (N_t, N_g, N_c))
+        qf = _fit(decode_e2m1(q_code), (N_t, N_g, N_c))
+        s = _fit(_from_bits(((_codes_of(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g'))) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
+        return _s_y,
 
 
 def reference_e5m6_fp32_bf16(q, sf, block, _given=None):
     T_ = q.shape[0]
-    H = q.shape[1] * 2 // 3
+    H = q.shape[1] * 8 // 12
     N_t = T_
     N_g = (H // block)
     N_c = block
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e5m6(_unpack_codes(q, (8, 12, 3, 'int32', 'msb_first'))).reshape(N_t, N_g, N_c)
-        s = sf.to(torch.float32).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return _codes_as(encode_bf16(y), torch.uint16, torch.bfloat16).reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        q_code = _fit((((_codes_of(_gather(q.view(torch.int32), (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8), rounding_mode='floor') * 3) + _wrap_i32(2 - torch.div(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32), rounding_mode='floor')))), None)) >> (torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32)) & 0xFFFFFFFF)) | torch.where((_wrap_i32(torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32)) + 12) > 32), ((((_codes_of(_gather(q.view(torch.int32), (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8), rounding_mode='floor') * 3) + _wrap_i32(torch.maximum(_t(_wrap_i32(2 - torch.div(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32), rounding_mode='floor'))), _t(1)) - 1))), None)) << (_wrap_i32(31 - torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32))) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 1) & 0xFFFFFFFF), 0)) & 0xfff), (N_t, N_g, N_c))
+        qf = _fit(decode_e5m6(q_code), (N_t, N_g, N_c))
+        s = _fit(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g')).to(torch.float32), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
+        return _s_y,
 
 
 def reference_e5m6_fp32_fp32(q, sf, block, _given=None):
     T_ = q.shape[0]
-    H = q.shape[1] * 2 // 3
+    H = q.shape[1] * 8 // 12
     N_t = T_
     N_g = (H // block)
     N_c = block
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e5m6(_unpack_codes(q, (8, 12, 3, 'int32', 'msb_first'))).reshape(N_t, N_g, N_c)
-        s = sf.to(torch.float32).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return y.reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        q_code = _fit((((_codes_of(_gather(q.view(torch.int32), (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8), rounding_mode='floor') * 3) + _wrap_i32(2 - torch.div(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32), rounding_mode='floor')))), None)) >> (torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32)) & 0xFFFFFFFF)) | torch.where((_wrap_i32(torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32)) + 12) > 32), ((((_codes_of(_gather(q.view(torch.int32), (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8), rounding_mode='floor') * 3) + _wrap_i32(torch.maximum(_t(_wrap_i32(2 - torch.div(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32), rounding_mode='floor'))), _t(1)) - 1))), None)) << (_wrap_i32(31 - torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32))) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 1) & 0xFFFFFFFF), 0)) & 0xfff), (N_t, N_g, N_c))
+        qf = _fit(decode_e5m6(q_code), (N_t, N_g, N_c))
+        s = _fit(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g')).to(torch.float32), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
+        return _s_y,
 
 
 def reference_e5m6_ue8m0_bf16(q, sf, block, _given=None):
     T_ = q.shape[0]
-    H = q.shape[1] * 2 // 3
+    H = q.shape[1] * 8 // 12
     N_t = T_
     N_g = (H // block)
     N_c = block
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e5m6(_unpack_codes(q, (8, 12, 3, 'int32', 'msb_first'))).reshape(N_t, N_g, N_c)
-        s = _from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // block)] << 23).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return _codes_as(encode_bf16(y), torch.uint16, torch.bfloat16).reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        q_code = _fit((((_codes_of(_gather(q.view(torch.int32), (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8), rounding_mode='floor') * 3) + _wrap_i32(2 - torch.div(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32), rounding_mode='floor')))), None)) >> (torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32)) & 0xFFFFFFFF)) | torch.where((_wrap_i32(torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32)) + 12) > 32), ((((_codes_of(_gather(q.view(torch.int32), (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8), rounding_mode='floor') * 3) + _wrap_i32(torch.maximum(_t(_wrap_i32(2 - torch.div(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32), rounding_mode='floor'))), _t(1)) - 1))), None)) << (_wrap_i32(31 - torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32))) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 1) & 0xFFFFFFFF), 0)) & 0xfff), (N_t, N_g, N_c))
+        qf = _fit(decode_e5m6(q_code), (N_t, N_g, N_c))
+        s = _fit(_from_bits(((((_codes_of(_gather(sf, (_ix(N_t, 0, 2, _dev), torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None)) >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF)) & 255) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
+        return _s_y,
 
 
 def reference_e5m6_ue8m0_fp32(q, sf, block, _given=None):
     T_ = q.shape[0]
-    H = q.shape[1] * 2 // 3
+    H = q.shape[1] * 8 // 12
     N_t = T_
     N_g = (H // block)
     N_c = block
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e5m6(_unpack_codes(q, (8, 12, 3, 'int32', 'msb_first'))).reshape(N_t, N_g, N_c)
-        s = _from_bits(_unpack_codes(sf, (4, 8, 1, 'int32', 'lsb_first'))[..., :(H // block)] << 23).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return y.reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        q_code = _fit((((_codes_of(_gather(q.view(torch.int32), (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8), rounding_mode='floor') * 3) + _wrap_i32(2 - torch.div(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32), rounding_mode='floor')))), None)) >> (torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32)) & 0xFFFFFFFF)) | torch.where((_wrap_i32(torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32)) + 12) > 32), ((((_codes_of(_gather(q.view(torch.int32), (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8), rounding_mode='floor') * 3) + _wrap_i32(torch.maximum(_t(_wrap_i32(2 - torch.div(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32), rounding_mode='floor'))), _t(1)) - 1))), None)) << (_wrap_i32(31 - torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32))) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 1) & 0xFFFFFFFF), 0)) & 0xfff), (N_t, N_g, N_c))
+        qf = _fit(decode_e5m6(q_code), (N_t, N_g, N_c))
+        s = _fit(_from_bits(((((_codes_of(_gather(sf, (_ix(N_t, 0, 2, _dev), torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None)) >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF)) & 255) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
+        return _s_y,
 
 
 def reference_e5m6_ue8m0_byte_bf16(q, sf, block, _given=None):
     T_ = q.shape[0]
-    H = q.shape[1] * 2 // 3
+    H = q.shape[1] * 8 // 12
     N_t = T_
     N_g = (H // block)
     N_c = block
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e5m6(_unpack_codes(q, (8, 12, 3, 'int32', 'msb_first'))).reshape(N_t, N_g, N_c)
-        s = _from_bits(_codes_of(sf) << 23).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return _codes_as(encode_bf16(y), torch.uint16, torch.bfloat16).reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        q_code = _fit((((_codes_of(_gather(q.view(torch.int32), (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8), rounding_mode='floor') * 3) + _wrap_i32(2 - torch.div(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32), rounding_mode='floor')))), None)) >> (torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32)) & 0xFFFFFFFF)) | torch.where((_wrap_i32(torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32)) + 12) > 32), ((((_codes_of(_gather(q.view(torch.int32), (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8), rounding_mode='floor') * 3) + _wrap_i32(torch.maximum(_t(_wrap_i32(2 - torch.div(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32), rounding_mode='floor'))), _t(1)) - 1))), None)) << (_wrap_i32(31 - torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32))) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 1) & 0xFFFFFFFF), 0)) & 0xfff), (N_t, N_g, N_c))
+        qf = _fit(decode_e5m6(q_code), (N_t, N_g, N_c))
+        s = _fit(_from_bits(((_codes_of(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g'))) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
+        return _s_y,
 
 
 def reference_e5m6_ue8m0_byte_fp32(q, sf, block, _given=None):
     T_ = q.shape[0]
-    H = q.shape[1] * 2 // 3
+    H = q.shape[1] * 8 // 12
     N_t = T_
     N_g = (H // block)
     N_c = block
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        qf = decode_e5m6(_unpack_codes(q, (8, 12, 3, 'int32', 'msb_first'))).reshape(N_t, N_g, N_c)
-        s = _from_bits(_codes_of(sf) << 23).reshape(N_t, N_g)
-        y = (qf * s[:, :, None])
-        return y.reshape(T_, H),
+        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        q_code = _fit((((_codes_of(_gather(q.view(torch.int32), (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8), rounding_mode='floor') * 3) + _wrap_i32(2 - torch.div(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32), rounding_mode='floor')))), None)) >> (torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32)) & 0xFFFFFFFF)) | torch.where((_wrap_i32(torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32)) + 12) > 32), ((((_codes_of(_gather(q.view(torch.int32), (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8), rounding_mode='floor') * 3) + _wrap_i32(torch.maximum(_t(_wrap_i32(2 - torch.div(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32), rounding_mode='floor'))), _t(1)) - 1))), None)) << (_wrap_i32(31 - torch.remainder(_t(_wrap_i32(84 - _wrap_i32(torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))), _t(8)) * 12))), _t(32))) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 1) & 0xFFFFFFFF), 0)) & 0xfff), (N_t, N_g, N_c))
+        qf = _fit(decode_e5m6(q_code), (N_t, N_g, N_c))
+        s = _fit(_from_bits(((_codes_of(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g'))) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        y_tile = _fit((qf * s[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
+        return _s_y,
 
 
 VARIANTS = {

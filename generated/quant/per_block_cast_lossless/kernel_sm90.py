@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import decode_e2m1
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
@@ -27,7 +27,7 @@ def build_fp32_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256, bloc
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -39,38 +39,35 @@ def build_fp32_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256, bloc
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), sf[((b_b * B_b + i_b) * N_r + i_r), ((b_g * B_g + i_g) * N_k + i_k)], T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)], T.float32(0.0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     out_sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
 
     return kernel
@@ -87,50 +84,47 @@ def build_fp32_fp32_col(H, block_rows, block_cols, in_cols, *, threads=256, bloc
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
 
     @T.prim_func
     def kernel(
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
         sf: T.Tensor((T_, (H // in_cols)), 'float32'),
         out: T.Tensor((T_, H), 'float8_e4m3fn'),
-        out_sf: T.Tensor(((H // block_cols), T.ceildiv(T.ceildiv(T_, block_rows), 4) * 4), 'float32'),
+        out_sf: T.Tensor(((H // block_cols), (T.ceildiv(T.ceildiv(T_, block_rows), 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), sf[((b_b * B_b + i_b) * N_r + i_r), ((b_g * B_g + i_g) * N_k + i_k)], T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)], T.float32(0.0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     out_sf[(b_g * B_g + i_g), (b_b * B_b + i_b)] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
 
     return kernel
@@ -143,11 +137,13 @@ def build_fp32_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=256, blo
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
+    N_g_p = T.ceildiv(N_g, 4)
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
 
     @T.prim_func
     def kernel(
@@ -159,42 +155,41 @@ def build_fp32_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=256, blo
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
-            out_sf_codes = T.alloc_shared((B_b, B_g), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
+            out_sf_tile = T.alloc_fragment((B_b, B_g), 'float32')
+            out_sf_codes = T.alloc_shared((B_b, B_g), 'uint32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), sf[((b_b * B_b + i_b) * N_r + i_r), ((b_g * B_g + i_g) * N_k + i_k)], T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)], T.float32(0.0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                out_sf_codes[i_b, i_g] = ((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_b, i_gp in T.Parallel(B_b, T.ceildiv(B_g, 4)):
-                if (b_b * B_b + i_b) < N_b:
-                    out_sf[(b_b * B_b + i_b), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, out_sf_codes[i_b, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, out_sf_codes[i_b, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, out_sf_codes[i_b, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, out_sf_codes[i_b, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_b, i_g_p in T.Parallel(B_b, B_g_p):
+                if ((b_b * B_b + i_b) < N_b):
+                    out_sf[(b_b * B_b + i_b), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
 
     return kernel
 
@@ -206,58 +201,59 @@ def build_fp32_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=256, blo
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
+    N_g_p = T.ceildiv(N_g, 4)
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
 
     @T.prim_func
     def kernel(
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
         sf: T.Tensor((T_, (H // in_cols)), 'float32'),
         out: T.Tensor((T_, H), 'float8_e4m3fn'),
-        out_sf: T.Tensor((T.ceildiv((H // block_cols), 4), T.ceildiv(T.ceildiv(T_, block_rows), 4) * 4), 'int32'),
+        out_sf: T.Tensor((T.ceildiv((H // block_cols), 4), (T.ceildiv(T.ceildiv(T_, block_rows), 4) * 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
-            out_sf_codes = T.alloc_shared((B_b, B_g), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
+            out_sf_tile = T.alloc_fragment((B_b, B_g), 'float32')
+            out_sf_codes = T.alloc_shared((B_b, B_g), 'uint32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), sf[((b_b * B_b + i_b) * N_r + i_r), ((b_g * B_g + i_g) * N_k + i_k)], T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)], T.float32(0.0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                out_sf_codes[i_b, i_g] = ((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_b, i_gp in T.Parallel(B_b, T.ceildiv(B_g, 4)):
-                if (b_b * B_b + i_b) < N_b:
-                    out_sf[b_g * T.ceildiv(B_g, 4) + i_gp, (b_b * B_b + i_b)] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, out_sf_codes[i_b, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, out_sf_codes[i_b, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, out_sf_codes[i_b, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, out_sf_codes[i_b, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_b, i_g_p in T.Parallel(B_b, B_g_p):
+                if ((b_b * B_b + i_b) < N_b):
+                    out_sf[(b_g * B_g_p + i_g_p), (b_b * B_b + i_b)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
 
     return kernel
 
@@ -273,7 +269,7 @@ def build_fp32_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=256
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -285,38 +281,35 @@ def build_fp32_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=256
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), sf[((b_b * B_b + i_b) * N_r + i_r), ((b_g * B_g + i_g) * N_k + i_k)], T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)], T.float32(0.0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     out_sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel
@@ -333,50 +326,47 @@ def build_fp32_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=256
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
 
     @T.prim_func
     def kernel(
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
         sf: T.Tensor((T_, (H // in_cols)), 'float32'),
         out: T.Tensor((T_, H), 'float8_e4m3fn'),
-        out_sf: T.Tensor(((H // block_cols), T.ceildiv(T.ceildiv(T_, block_rows), 16) * 16), 'uint8'),
+        out_sf: T.Tensor(((H // block_cols), (T.ceildiv(T.ceildiv(T_, block_rows), 16) * 16)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), sf[((b_b * B_b + i_b) * N_r + i_r), ((b_g * B_g + i_g) * N_k + i_k)], T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)], T.float32(0.0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     out_sf[(b_g * B_g + i_g), (b_b * B_b + i_b)] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel
@@ -393,7 +383,7 @@ def build_ue8m0_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256, blo
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -405,38 +395,35 @@ def build_ue8m0_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256, blo
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), T.reinterpret(((((T.cast(sf[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k)) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((((b_g * B_g + i_g) * N_k + i_k)) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     out_sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
 
     return kernel
@@ -453,50 +440,47 @@ def build_ue8m0_fp32_col(H, block_rows, block_cols, in_cols, *, threads=256, blo
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
 
     @T.prim_func
     def kernel(
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
         sf: T.Tensor((T_, T.ceildiv((H // in_cols), 4)), 'int32'),
         out: T.Tensor((T_, H), 'float8_e4m3fn'),
-        out_sf: T.Tensor(((H // block_cols), T.ceildiv(T.ceildiv(T_, block_rows), 4) * 4), 'float32'),
+        out_sf: T.Tensor(((H // block_cols), (T.ceildiv(T.ceildiv(T_, block_rows), 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), T.reinterpret(((((T.cast(sf[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k)) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((((b_g * B_g + i_g) * N_k + i_k)) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     out_sf[(b_g * B_g + i_g), (b_b * B_b + i_b)] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
 
     return kernel
@@ -509,11 +493,13 @@ def build_ue8m0_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=256, bl
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
+    N_g_p = T.ceildiv(N_g, 4)
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
 
     @T.prim_func
     def kernel(
@@ -525,42 +511,41 @@ def build_ue8m0_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=256, bl
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
-            out_sf_codes = T.alloc_shared((B_b, B_g), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
+            out_sf_tile = T.alloc_fragment((B_b, B_g), 'float32')
+            out_sf_codes = T.alloc_shared((B_b, B_g), 'uint32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), T.reinterpret(((((T.cast(sf[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k)) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((((b_g * B_g + i_g) * N_k + i_k)) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                out_sf_codes[i_b, i_g] = ((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_b, i_gp in T.Parallel(B_b, T.ceildiv(B_g, 4)):
-                if (b_b * B_b + i_b) < N_b:
-                    out_sf[(b_b * B_b + i_b), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, out_sf_codes[i_b, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, out_sf_codes[i_b, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, out_sf_codes[i_b, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, out_sf_codes[i_b, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_b, i_g_p in T.Parallel(B_b, B_g_p):
+                if ((b_b * B_b + i_b) < N_b):
+                    out_sf[(b_b * B_b + i_b), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
 
     return kernel
 
@@ -572,58 +557,59 @@ def build_ue8m0_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=256, bl
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
+    N_g_p = T.ceildiv(N_g, 4)
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
 
     @T.prim_func
     def kernel(
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
         sf: T.Tensor((T_, T.ceildiv((H // in_cols), 4)), 'int32'),
         out: T.Tensor((T_, H), 'float8_e4m3fn'),
-        out_sf: T.Tensor((T.ceildiv((H // block_cols), 4), T.ceildiv(T.ceildiv(T_, block_rows), 4) * 4), 'int32'),
+        out_sf: T.Tensor((T.ceildiv((H // block_cols), 4), (T.ceildiv(T.ceildiv(T_, block_rows), 4) * 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
-            out_sf_codes = T.alloc_shared((B_b, B_g), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
+            out_sf_tile = T.alloc_fragment((B_b, B_g), 'float32')
+            out_sf_codes = T.alloc_shared((B_b, B_g), 'uint32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), T.reinterpret(((((T.cast(sf[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k)) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((((b_g * B_g + i_g) * N_k + i_k)) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                out_sf_codes[i_b, i_g] = ((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_b, i_gp in T.Parallel(B_b, T.ceildiv(B_g, 4)):
-                if (b_b * B_b + i_b) < N_b:
-                    out_sf[b_g * T.ceildiv(B_g, 4) + i_gp, (b_b * B_b + i_b)] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, out_sf_codes[i_b, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, out_sf_codes[i_b, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, out_sf_codes[i_b, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, out_sf_codes[i_b, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_b, i_g_p in T.Parallel(B_b, B_g_p):
+                if ((b_b * B_b + i_b) < N_b):
+                    out_sf[(b_g * B_g_p + i_g_p), (b_b * B_b + i_b)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
 
     return kernel
 
@@ -639,7 +625,7 @@ def build_ue8m0_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=25
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -651,38 +637,35 @@ def build_ue8m0_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=25
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), T.reinterpret(((((T.cast(sf[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k)) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((((b_g * B_g + i_g) * N_k + i_k)) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     out_sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel
@@ -699,50 +682,47 @@ def build_ue8m0_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=25
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
 
     @T.prim_func
     def kernel(
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
         sf: T.Tensor((T_, T.ceildiv((H // in_cols), 4)), 'int32'),
         out: T.Tensor((T_, H), 'float8_e4m3fn'),
-        out_sf: T.Tensor(((H // block_cols), T.ceildiv(T.ceildiv(T_, block_rows), 16) * 16), 'uint8'),
+        out_sf: T.Tensor(((H // block_cols), (T.ceildiv(T.ceildiv(T_, block_rows), 16) * 16)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), T.reinterpret(((((T.cast(sf[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k)) // 4 * 1 + 0], "uint32") & T.uint32(0xffffffff)) >> T.cast((((((b_g * B_g + i_g) * N_k + i_k)) % 4) * 8), "uint32")) & T.uint32(0xff))) << T.uint32(23), "float32"), T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     out_sf[(b_g * B_g + i_g), (b_b * B_b + i_b)] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel
@@ -759,7 +739,7 @@ def build_ue8m0_byte_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -771,38 +751,35 @@ def build_ue8m0_byte_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), T.reinterpret((T.cast(sf[((b_b * B_b + i_b) * N_r + i_r), ((b_g * B_g + i_g) * N_k + i_k)], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     out_sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
 
     return kernel
@@ -819,50 +796,47 @@ def build_ue8m0_byte_fp32_col(H, block_rows, block_cols, in_cols, *, threads=256
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
 
     @T.prim_func
     def kernel(
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
         sf: T.Tensor((T_, (H // in_cols)), 'uint8'),
         out: T.Tensor((T_, H), 'float8_e4m3fn'),
-        out_sf: T.Tensor(((H // block_cols), T.ceildiv(T.ceildiv(T_, block_rows), 4) * 4), 'float32'),
+        out_sf: T.Tensor(((H // block_cols), (T.ceildiv(T.ceildiv(T_, block_rows), 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), T.reinterpret((T.cast(sf[((b_b * B_b + i_b) * N_r + i_r), ((b_g * B_g + i_g) * N_k + i_k)], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     out_sf[(b_g * B_g + i_g), (b_b * B_b + i_b)] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
 
     return kernel
@@ -875,11 +849,13 @@ def build_ue8m0_byte_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=25
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
+    N_g_p = T.ceildiv(N_g, 4)
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
 
     @T.prim_func
     def kernel(
@@ -891,42 +867,41 @@ def build_ue8m0_byte_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=25
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
-            out_sf_codes = T.alloc_shared((B_b, B_g), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
+            out_sf_tile = T.alloc_fragment((B_b, B_g), 'float32')
+            out_sf_codes = T.alloc_shared((B_b, B_g), 'uint32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), T.reinterpret((T.cast(sf[((b_b * B_b + i_b) * N_r + i_r), ((b_g * B_g + i_g) * N_k + i_k)], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                out_sf_codes[i_b, i_g] = ((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_b, i_gp in T.Parallel(B_b, T.ceildiv(B_g, 4)):
-                if (b_b * B_b + i_b) < N_b:
-                    out_sf[(b_b * B_b + i_b), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, out_sf_codes[i_b, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, out_sf_codes[i_b, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, out_sf_codes[i_b, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, out_sf_codes[i_b, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_b, i_g_p in T.Parallel(B_b, B_g_p):
+                if ((b_b * B_b + i_b) < N_b):
+                    out_sf[(b_b * B_b + i_b), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
 
     return kernel
 
@@ -938,58 +913,59 @@ def build_ue8m0_byte_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=25
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
+    N_g_p = T.ceildiv(N_g, 4)
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
 
     @T.prim_func
     def kernel(
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
         sf: T.Tensor((T_, (H // in_cols)), 'uint8'),
         out: T.Tensor((T_, H), 'float8_e4m3fn'),
-        out_sf: T.Tensor((T.ceildiv((H // block_cols), 4), T.ceildiv(T.ceildiv(T_, block_rows), 4) * 4), 'int32'),
+        out_sf: T.Tensor((T.ceildiv((H // block_cols), 4), (T.ceildiv(T.ceildiv(T_, block_rows), 4) * 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
-            out_sf_codes = T.alloc_shared((B_b, B_g), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
+            out_sf_tile = T.alloc_fragment((B_b, B_g), 'float32')
+            out_sf_codes = T.alloc_shared((B_b, B_g), 'uint32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), T.reinterpret((T.cast(sf[((b_b * B_b + i_b) * N_r + i_r), ((b_g * B_g + i_g) * N_k + i_k)], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                out_sf_codes[i_b, i_g] = ((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_b, i_gp in T.Parallel(B_b, T.ceildiv(B_g, 4)):
-                if (b_b * B_b + i_b) < N_b:
-                    out_sf[b_g * T.ceildiv(B_g, 4) + i_gp, (b_b * B_b + i_b)] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, out_sf_codes[i_b, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, out_sf_codes[i_b, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, out_sf_codes[i_b, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, out_sf_codes[i_b, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_b, i_g_p in T.Parallel(B_b, B_g_p):
+                if ((b_b * B_b + i_b) < N_b):
+                    out_sf[(b_g * B_g_p + i_g_p), (b_b * B_b + i_b)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
 
     return kernel
 
@@ -1005,7 +981,7 @@ def build_ue8m0_byte_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threa
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
 
     @T.prim_func
     def kernel(
@@ -1017,38 +993,35 @@ def build_ue8m0_byte_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threa
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), T.reinterpret((T.cast(sf[((b_b * B_b + i_b) * N_r + i_r), ((b_g * B_g + i_g) * N_k + i_k)], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     out_sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel
@@ -1065,50 +1038,47 @@ def build_ue8m0_byte_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threa
     B_k = pad_pow2(N_k)
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_k * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
 
     @T.prim_func
     def kernel(
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
         sf: T.Tensor((T_, (H // in_cols)), 'uint8'),
         out: T.Tensor((T_, H), 'float8_e4m3fn'),
-        out_sf: T.Tensor(((H // block_cols), T.ceildiv(T.ceildiv(T_, block_rows), 16) * 16), 'uint8'),
+        out_sf: T.Tensor(((H // block_cols), (T.ceildiv(T.ceildiv(T_, block_rows), 16) * 16)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            e = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            e_for_max_over_k = T.alloc_fragment((B_b, B_r, B_g, B_k), "int32")
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), "int32")
-            e_max = T.alloc_fragment((B_b, B_g), "int32")
-            e_out = T.alloc_fragment((B_b, B_g), "int32")
-            m = T.alloc_fragment((B_b, B_r, B_g, B_k), "float32")
-            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "float32")
-            _t2_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), "uint32")
+            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            e = T.alloc_fragment((B_b, B_r, B_g, B_k), 'int32')
+            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            _t1_for_max_over_r = T.alloc_fragment((B_b, B_r, B_g), 'int32')
+            e_max = T.alloc_fragment((B_b, B_g), 'int32')
+            e_out = T.alloc_fragment((B_b, B_g), 'int32')
+            m = T.alloc_fragment((B_b, B_r, B_g, B_k), 'float32')
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'uint32')
+            _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), T.reinterpret((T.cast(sf[((b_b * B_b + i_b) * N_r + i_r), ((b_g * B_g + i_g) * N_k + i_k)], "uint32")) << T.uint32(23), "float32"), T.float32(0.0))
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
-            for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
-                e_for_max_over_k[i_b, i_r, i_g, i_k] = T.if_then_else(i_k < N_k, e[i_b, i_r, i_g, i_k], T.int32(-2147483648))
-            T.reduce_max(e_for_max_over_k, _t1, dim=3)
+                e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k), T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32"), T.int32(-2147483648))
+            T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), _t1[i_b, i_r, i_g], T.int32(-2147483648))
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r), T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)), T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                _t2_code[i_b, i_r, i_g, i_k, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k), (((T.cast(q[((b_b * B_b + i_b) * N_r + i_r), ((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) // 2 * 1 + 0], "uint32") & T.uint32(0xff)) >> T.cast(((((((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)) % 2) * 4), "uint32")) & T.uint32(0xf)), T.uint32(0))
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(_t2_code[i_b, i_r, i_g, i_k, i_c])
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_k < N_k):
-                    out[((b_b * B_b + i_b) * N_r + i_r), (((b_g * B_g + i_g) * N_k + i_k) * N_c + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     out_sf[(b_g * B_g + i_g), (b_b * B_b + i_b)] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16, encode_e4m3
 
 TARGET = 'c'
@@ -27,8 +27,7 @@ def build_e4m3(H, block_rows, block_cols, x_dtype, *, threads=1, block_b=1):
     B_c = N_c
     B_b = block_b
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
-    LOAD_sf = lambda v: v
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -37,17 +36,17 @@ def build_e4m3(H, block_rows, block_cols, x_dtype, *, threads=1, block_b=1):
         q: T.Tensor((T_, H), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            xf = T.alloc_local((B_b, B_r, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_b, B_g), "float32")
-            inv = T.alloc_local((B_b, B_g), "float32")
+            xf = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_b, B_g), 'float32')
+            inv = T.alloc_local((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                xf[i_b, i_r, i_g, i_c] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_b, i_g in T.grid(B_b, B_g):
-                _t0[i_b, i_g] = T.if_then_else((b_b * B_b + i_b) < N_b, LOAD_sf(sf[(b_b * B_b + i_b), i_g]), T.float32(0.0))
+                _t0[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), i_g], T.float32(0.0))
             for i_b, i_g in T.grid(B_b, B_g):
                 inv[i_b, i_g] = (T.float32(1.0) / _t0[i_b, i_g])
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                if ((b_b * B_b + i_b) * N_r + i_r) < T_:
-                    q[((b_b * B_b + i_b) * N_r + i_r), (i_g * N_c + i_c)] = T.cast(encode_e4m3((xf[i_b, i_r, i_g, i_c] * inv[i_b, i_g])), "uint8")
+                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
+                    q[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((xf[i_b, i_r, i_g, i_c] * inv[i_b, i_g])), "uint8")
 
     return kernel

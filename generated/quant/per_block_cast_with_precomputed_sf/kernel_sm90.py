@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
@@ -24,10 +24,9 @@ def build_e4m3(H, block_rows, block_cols, x_dtype, *, threads=256, block_b=1, ti
     B_r = N_r
     B_c = N_c
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
-    LOAD_sf = lambda v: v
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -38,17 +37,17 @@ def build_e4m3(H, block_rows, block_cols, x_dtype, *, threads=256, block_b=1, ti
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_b, B_r, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_b, B_g), "float32")
-            inv = T.alloc_fragment((B_b, B_g), "float32")
+            xf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_b, B_g), 'float32')
+            inv = T.alloc_fragment((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                xf[i_b, i_r, i_g, i_c] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
-                _t0[i_b, i_g] = T.if_then_else((b_b * B_b + i_b) < N_b, LOAD_sf(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)]), T.float32(0.0))
+                _t0[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 inv[i_b, i_g] = (T.float32(1.0) / _t0[i_b, i_g])
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((b_b * B_b + i_b) * N_r + i_r) < T_:
-                    q[((b_b * B_b + i_b) * N_r + i_r), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((xf[i_b, i_r, i_g, i_c] * inv[i_b, i_g]), "float8_e4m3fn")
+                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
+                    q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_b, i_r, i_g, i_c] * inv[i_b, i_g]), "float8_e4m3fn")
 
     return kernel

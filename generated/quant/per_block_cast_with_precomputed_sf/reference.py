@@ -2,8 +2,8 @@
 # Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `per_block_cast_with_precomputed_sf`: the oracle its kernels are tested against, one function per variant.
 
-It computes on whole tensors, in float32, with the same operations in the same order as the kernels,
-and encodes outputs through the same generated software codecs.
+It runs the statements of the kernels on whole tensors, in float32, with the same operations in the same
+order, and encodes outputs through the same generated software codecs.
 """
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_e4m3
@@ -19,11 +19,13 @@ def reference_e4m3(x, sf, block_rows, block_cols, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = _pad_dim(x.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_c)
-        _t0 = sf.to(torch.float32).reshape(N_b, N_g)
-        inv = (_f32(1.0) / _t0)
-        q = (xf * inv[:, None, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(N_b * N_r, H).narrow(0, 0, T_),
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        xf = _fit(torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), _view(x, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
+        _t0 = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
+        inv = _fit((_f32(1.0) / _t0), (N_b, N_g))
+        q_tile = _fit((xf * inv[:, None, :, None]), (N_b, N_r, N_g, N_c))
+        _store_view(_s_q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
+        return _s_q,
 
 
 VARIANTS = {

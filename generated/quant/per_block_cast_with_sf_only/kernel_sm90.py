@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
@@ -24,9 +24,9 @@ def build_e4m3_fp32(H, block_rows, block_cols, x_dtype, *, threads=256, block_b=
     B_r = pad_pow2(N_r)
     B_c = pad_pow2(N_c)
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -36,17 +36,17 @@ def build_e4m3_fp32(H, block_rows, block_cols, x_dtype, *, threads=256, block_b=
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_b, B_r, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_b, B_r, B_g), "float32")
-            _t1 = T.alloc_fragment((B_b, B_g), "float32")
-            amax = T.alloc_fragment((B_b, B_g), "float32")
+            xf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_b, B_r, B_g), 'float32')
+            _t1 = T.alloc_fragment((B_b, B_g), 'float32')
+            amax = T.alloc_fragment((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                xf[i_b, i_r, i_g, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_c < N_c), LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_c < N_c))), LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=3)
             T.reduce_absmax(_t0, _t1, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 amax[i_b, i_g] = T.max(_t1[i_b, i_g], T.float32(0.0001))
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = (amax[i_b, i_g] / T.float32(448.0))
 
     return kernel
@@ -61,9 +61,9 @@ def build_e4m3_pow2(H, block_rows, block_cols, x_dtype, *, threads=256, block_b=
     B_r = pad_pow2(N_r)
     B_c = pad_pow2(N_c)
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -73,17 +73,17 @@ def build_e4m3_pow2(H, block_rows, block_cols, x_dtype, *, threads=256, block_b=
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_b, B_r, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_b, B_r, B_g), "float32")
-            _t1 = T.alloc_fragment((B_b, B_g), "float32")
-            amax = T.alloc_fragment((B_b, B_g), "float32")
+            xf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_b, B_r, B_g), 'float32')
+            _t1 = T.alloc_fragment((B_b, B_g), 'float32')
+            amax = T.alloc_fragment((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                xf[i_b, i_r, i_g, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_c < N_c), LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_c < N_c))), LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=3)
             T.reduce_absmax(_t0, _t1, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 amax[i_b, i_g] = T.max(_t1[i_b, i_g], T.float32(0.0001))
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
 
     return kernel
@@ -95,12 +95,14 @@ def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads=256, block_b
     N_r = block_rows
     N_g = (H // block_cols)
     N_c = block_cols
+    N_g_p = T.ceildiv(N_g, 4)
     B_r = pad_pow2(N_r)
     B_c = pad_pow2(N_c)
     B_b = block_b
-    B_g = pick_block(N_g, max(1, tile_elems // (B_b * B_r * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -110,20 +112,22 @@ def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads=256, block_b
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_b, B_r, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_b, B_r, B_g), "float32")
-            _t1 = T.alloc_fragment((B_b, B_g), "float32")
-            amax = T.alloc_fragment((B_b, B_g), "float32")
-            sf_codes = T.alloc_shared((B_b, B_g), "uint32")
+            xf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_b, B_r, B_g), 'float32')
+            _t1 = T.alloc_fragment((B_b, B_g), 'float32')
+            amax = T.alloc_fragment((B_b, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_b, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_b, B_g), 'uint32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                xf[i_b, i_r, i_g, i_c] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r) & (i_c < N_c), LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_c < N_c))), LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=3)
             T.reduce_absmax(_t0, _t1, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 amax[i_b, i_g] = T.max(_t1[i_b, i_g], T.float32(0.0001))
-                sf_codes[i_b, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_b, i_gp in T.Parallel(B_b, T.ceildiv(B_g, 4)):
-                if (b_b * B_b + i_b) < N_b:
-                    sf[(b_b * B_b + i_b), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_b, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_b, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_b, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_b, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_b, i_g] = T.reinterpret(((((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_b, i_g] = ((T.reinterpret(sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_b, i_g_p in T.Parallel(B_b, B_g_p):
+                if ((b_b * B_b + i_b) < N_b):
+                    sf[(b_b * B_b + i_b), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
 
     return kernel

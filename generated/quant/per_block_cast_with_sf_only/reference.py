@@ -2,8 +2,8 @@
 # Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `per_block_cast_with_sf_only`: the oracle its kernels are tested against, one function per variant.
 
-It computes on whole tensors, in float32, with the same operations in the same order as the kernels,
-and encodes outputs through the same generated software codecs.
+It runs the statements of the kernels on whole tensors, in float32, with the same operations in the same
+order, and encodes outputs through the same generated software codecs.
 """
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 
@@ -18,12 +18,14 @@ def reference_e4m3_fp32(x, block_rows, block_cols, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = _pad_dim(x.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_c)
+        _s_sf = torch.zeros(((-(-T_ // block_rows)), (H // block_cols)), dtype=torch.float32, device=_dev)
+        xf = _fit(torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), _view(x, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
         _t0 = _absmax(xf, 3)
-        _t1 = _absmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t0, _f32(0.0)), 1)
-        amax = torch.maximum(_t(_t1), _t(_f32(0.0001)))
-        sf = (amax / _f32(448.0))
-        return sf.reshape((-(-T_ // block_rows)), (H // block_cols)),
+        _t1 = _absmax(_t0, 1)
+        amax = _fit(torch.maximum(_t(_t1), _t(_f32(0.0001))), (N_b, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_b, N_g))
+        _store_view(_s_sf, (N_b, N_g), (N_b, N_g), ('b', 'g'), ('b', 'g'), sf_tile, None, False)
+        return _s_sf,
 
 
 def reference_e4m3_pow2(x, block_rows, block_cols, _given=None):
@@ -36,12 +38,14 @@ def reference_e4m3_pow2(x, block_rows, block_cols, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = _pad_dim(x.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_c)
+        _s_sf = torch.zeros(((-(-T_ // block_rows)), (H // block_cols)), dtype=torch.float32, device=_dev)
+        xf = _fit(torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), _view(x, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
         _t0 = _absmax(xf, 3)
-        _t1 = _absmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t0, _f32(0.0)), 1)
-        amax = torch.maximum(_t(_t1), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        return sf.reshape((-(-T_ // block_rows)), (H // block_cols)),
+        _t1 = _absmax(_t0, 1)
+        amax = _fit(torch.maximum(_t(_t1), _t(_f32(0.0001))), (N_b, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_b, N_g))
+        _store_view(_s_sf, (N_b, N_g), (N_b, N_g), ('b', 'g'), ('b', 'g'), sf_tile, None, False)
+        return _s_sf,
 
 
 def reference_e4m3_ue8m0(x, block_rows, block_cols, _given=None):
@@ -51,15 +55,19 @@ def reference_e4m3_ue8m0(x, block_rows, block_cols, _given=None):
     N_r = block_rows
     N_g = (H // block_cols)
     N_c = block_cols
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = _pad_dim(x.to(torch.float32), 0, N_b * N_r).reshape(N_b, N_r, N_g, N_c)
+        _s_sf = torch.zeros(((-(-T_ // block_rows)), (-(-(H // block_cols) // 4))), dtype=torch.int32, device=_dev)
+        xf = _fit(torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), _view(x, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
         _t0 = _absmax(xf, 3)
-        _t1 = _absmax(torch.where(_rows_valid(N_b, N_r, T_, _dev)[:, :, None], _t0, _f32(0.0)), 1)
-        amax = torch.maximum(_t(_t1), _t(_f32(0.0001)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        return _pack_codes(_exponent_byte(sf.reshape((-(-T_ // block_rows)), (H // block_cols))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32),
+        _t1 = _absmax(_t0, 1)
+        amax = _fit(torch.maximum(_t(_t1), _t(_f32(0.0001))), (N_b, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_b, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_b, N_g))
+        _scatter(_s_sf, (_ix(N_b, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_b, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        return _s_sf,
 
 
 VARIANTS = {

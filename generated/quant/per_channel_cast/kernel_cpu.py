@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16, encode_e4m3
 
 TARGET = 'c'
@@ -25,7 +25,7 @@ def build_e4m3_fp32_false(H, group_tokens, x_dtype, *, threads=1, block_b=1):
     B_h = N_h
     B_b = block_b
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -34,24 +34,24 @@ def build_e4m3_fp32_false(H, group_tokens, x_dtype, *, threads=1, block_b=1):
         sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            xf = T.alloc_local((B_b, B_r, B_h), "float32")
-            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), "float32")
-            _t0 = T.alloc_local((B_b, B_h), "float32")
-            amax = T.alloc_local((B_b, B_h), "float32")
-            inv = T.alloc_local((B_b, B_h), "float32")
+            xf = T.alloc_local((B_b, B_r, B_h), 'float32')
+            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), 'float32')
+            _t0 = T.alloc_local((B_b, B_h), 'float32')
+            amax = T.alloc_local((B_b, B_h), 'float32')
+            inv = T.alloc_local((B_b, B_h), 'float32')
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf_for_absmax_over_r[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
+                xf_for_absmax_over_r[i_b, i_r, i_h] = T.Select(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
             T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     sf[(b_b * B_b + i_b), i_h] = (amax[i_b, i_h] / T.float32(448.0))
+                inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                if ((b_b * B_b + i_b) * N_r + i_r) < T_:
-                    q[((b_b * B_b + i_b) * N_r + i_r), i_h] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
+                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
+                    q[(((b_b * B_b + i_b) * N_r) + i_r), i_h] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
 
     return kernel
 
@@ -65,7 +65,7 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
     B_h = N_h
     B_b = block_b
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -74,27 +74,29 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
         sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            xf = T.alloc_local((B_b, B_r, B_h), "float32")
-            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), "float32")
-            _t0 = T.alloc_local((B_b, B_h), "float32")
-            amax = T.alloc_local((B_b, B_h), "float32")
-            inv = T.alloc_local((B_b, B_h), "float32")
-            q_staged = T.alloc_local((B_b, B_r, B_h + bank_pad('uint8'),), 'uint8')
+            xf = T.alloc_local((B_b, B_r, B_h), 'float32')
+            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), 'float32')
+            _t0 = T.alloc_local((B_b, B_h), 'float32')
+            amax = T.alloc_local((B_b, B_h), 'float32')
+            inv = T.alloc_local((B_b, B_h), 'float32')
+            q_tile = T.alloc_local((B_b, B_r, B_h), 'float32')
+            q_staged = T.alloc_local((B_b, B_r, B_h + bank_pad('uint8')), 'uint8')
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf_for_absmax_over_r[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
+                xf_for_absmax_over_r[i_b, i_r, i_h] = T.Select(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
             T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     sf[(b_b * B_b + i_b), i_h] = (amax[i_b, i_h] / T.float32(448.0))
+                inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                q_staged[i_b, i_r, i_h] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
+                q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
+                q_staged[i_b, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_b, i_r, i_h]), "uint8")
             for i_h, i_b, i_r in T.grid(B_h, B_b, B_r):
-                if ((b_b * B_b + i_b) * N_r + i_r) < T_:
-                    q[i_h, ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_b, i_r, i_h]
+                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
+                    q[i_h, (((b_b * B_b + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel
 
@@ -108,7 +110,7 @@ def build_e4m3_pow2_false(H, group_tokens, x_dtype, *, threads=1, block_b=1):
     B_h = N_h
     B_b = block_b
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -117,24 +119,24 @@ def build_e4m3_pow2_false(H, group_tokens, x_dtype, *, threads=1, block_b=1):
         sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            xf = T.alloc_local((B_b, B_r, B_h), "float32")
-            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), "float32")
-            _t0 = T.alloc_local((B_b, B_h), "float32")
-            amax = T.alloc_local((B_b, B_h), "float32")
-            inv = T.alloc_local((B_b, B_h), "float32")
+            xf = T.alloc_local((B_b, B_r, B_h), 'float32')
+            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), 'float32')
+            _t0 = T.alloc_local((B_b, B_h), 'float32')
+            amax = T.alloc_local((B_b, B_h), 'float32')
+            inv = T.alloc_local((B_b, B_h), 'float32')
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf_for_absmax_over_r[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
+                xf_for_absmax_over_r[i_b, i_r, i_h] = T.Select(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
             T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                inv[i_b, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     sf[(b_b * B_b + i_b), i_h] = T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_b, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                if ((b_b * B_b + i_b) * N_r + i_r) < T_:
-                    q[((b_b * B_b + i_b) * N_r + i_r), i_h] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
+                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
+                    q[(((b_b * B_b + i_b) * N_r) + i_r), i_h] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
 
     return kernel
 
@@ -148,7 +150,7 @@ def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
     B_h = N_h
     B_b = block_b
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -157,27 +159,29 @@ def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
         sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            xf = T.alloc_local((B_b, B_r, B_h), "float32")
-            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), "float32")
-            _t0 = T.alloc_local((B_b, B_h), "float32")
-            amax = T.alloc_local((B_b, B_h), "float32")
-            inv = T.alloc_local((B_b, B_h), "float32")
-            q_staged = T.alloc_local((B_b, B_r, B_h + bank_pad('uint8'),), 'uint8')
+            xf = T.alloc_local((B_b, B_r, B_h), 'float32')
+            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), 'float32')
+            _t0 = T.alloc_local((B_b, B_h), 'float32')
+            amax = T.alloc_local((B_b, B_h), 'float32')
+            inv = T.alloc_local((B_b, B_h), 'float32')
+            q_tile = T.alloc_local((B_b, B_r, B_h), 'float32')
+            q_staged = T.alloc_local((B_b, B_r, B_h + bank_pad('uint8')), 'uint8')
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf_for_absmax_over_r[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
+                xf_for_absmax_over_r[i_b, i_r, i_h] = T.Select(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
             T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                inv[i_b, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     sf[(b_b * B_b + i_b), i_h] = T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_b, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                q_staged[i_b, i_r, i_h] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
+                q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
+                q_staged[i_b, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_b, i_r, i_h]), "uint8")
             for i_h, i_b, i_r in T.grid(B_h, B_b, B_r):
-                if ((b_b * B_b + i_b) * N_r + i_r) < T_:
-                    q[i_h, ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_b, i_r, i_h]
+                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
+                    q[i_h, (((b_b * B_b + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel
 
@@ -187,11 +191,13 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads=1, block_b=1):
     N_b = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
     N_h = H
+    N_h_p = T.ceildiv(N_h, 4)
     B_r = N_r
     B_h = N_h
     B_b = block_b
+    B_h_p = T.ceildiv(B_h, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -200,28 +206,30 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads=1, block_b=1):
         sf: T.Tensor((T.ceildiv(T_, group_tokens), T.ceildiv(H, 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            xf = T.alloc_local((B_b, B_r, B_h), "float32")
-            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), "float32")
-            _t0 = T.alloc_local((B_b, B_h), "float32")
-            amax = T.alloc_local((B_b, B_h), "float32")
-            sf_codes = T.alloc_local((B_b, B_h), "uint32")
-            inv = T.alloc_local((B_b, B_h), "float32")
+            xf = T.alloc_local((B_b, B_r, B_h), 'float32')
+            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), 'float32')
+            _t0 = T.alloc_local((B_b, B_h), 'float32')
+            amax = T.alloc_local((B_b, B_h), 'float32')
+            sf_tile = T.alloc_local((B_b, B_h), 'float32')
+            sf_codes = T.alloc_local((B_b, B_h), 'uint32')
+            inv = T.alloc_local((B_b, B_h), 'float32')
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf_for_absmax_over_r[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
+                xf_for_absmax_over_r[i_b, i_r, i_h] = T.Select(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
             T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                sf_codes[i_b, i_h] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_b, i_hp in T.grid(B_b, T.ceildiv(B_h, 4)):
-                if (b_b * B_b + i_b) < N_b:
-                    sf[(b_b * B_b + i_b), i_hp] = T.reinterpret((T.if_then_else(i_hp * 4 + 0 < N_h, sf_codes[i_b, i_hp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_hp * 4 + 1 < N_h, sf_codes[i_b, i_hp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_hp * 4 + 2 < N_h, sf_codes[i_b, i_hp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_hp * 4 + 3 < N_h, sf_codes[i_b, i_hp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_b, i_h] = T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_b, i_h] = ((T.reinterpret(sf_tile[i_b, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_b, i_h_p in T.grid(B_b, B_h_p):
+                if ((b_b * B_b + i_b) < N_b):
+                    sf[(b_b * B_b + i_b), i_h_p] = T.reinterpret((((T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_b, (i_h_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_h_p * T.int32(4)) + T.int32(1)) < N_h), sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_h_p * T.int32(4)) + T.int32(2)) < N_h), sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_h_p * T.int32(4)) + T.int32(3)) < N_h), sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_b, i_h in T.grid(B_b, B_h):
                 inv[i_b, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                if ((b_b * B_b + i_b) * N_r + i_r) < T_:
-                    q[((b_b * B_b + i_b) * N_r + i_r), i_h] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
+                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
+                    q[(((b_b * B_b + i_b) * N_r) + i_r), i_h] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
 
     return kernel
 
@@ -231,11 +239,13 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
     N_b = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
     N_h = H
+    N_h_p = T.ceildiv(N_h, 4)
     B_r = N_r
     B_h = N_h
     B_b = block_b
+    B_h_p = T.ceildiv(B_h, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -244,30 +254,34 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
         sf: T.Tensor((T.ceildiv(T_, group_tokens), T.ceildiv(H, 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            xf = T.alloc_local((B_b, B_r, B_h), "float32")
-            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), "float32")
-            _t0 = T.alloc_local((B_b, B_h), "float32")
-            amax = T.alloc_local((B_b, B_h), "float32")
-            sf_codes = T.alloc_local((B_b, B_h), "uint32")
-            inv = T.alloc_local((B_b, B_h), "float32")
-            q_staged = T.alloc_local((B_b, B_r, B_h + bank_pad('uint8'),), 'uint8')
+            xf = T.alloc_local((B_b, B_r, B_h), 'float32')
+            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), 'float32')
+            _t0 = T.alloc_local((B_b, B_h), 'float32')
+            amax = T.alloc_local((B_b, B_h), 'float32')
+            sf_tile = T.alloc_local((B_b, B_h), 'float32')
+            sf_codes = T.alloc_local((B_b, B_h), 'uint32')
+            inv = T.alloc_local((B_b, B_h), 'float32')
+            q_tile = T.alloc_local((B_b, B_r, B_h), 'float32')
+            q_staged = T.alloc_local((B_b, B_r, B_h + bank_pad('uint8')), 'uint8')
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else(((b_b * B_b + i_b) * N_r + i_r) < T_, LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), i_h]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf_for_absmax_over_r[i_b, i_r, i_h] = T.if_then_else(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
+                xf_for_absmax_over_r[i_b, i_r, i_h] = T.Select(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0), xf[i_b, i_r, i_h])
             T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                sf_codes[i_b, i_h] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_b, i_hp in T.grid(B_b, T.ceildiv(B_h, 4)):
-                if (b_b * B_b + i_b) < N_b:
-                    sf[(b_b * B_b + i_b), i_hp] = T.reinterpret((T.if_then_else(i_hp * 4 + 0 < N_h, sf_codes[i_b, i_hp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_hp * 4 + 1 < N_h, sf_codes[i_b, i_hp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_hp * 4 + 2 < N_h, sf_codes[i_b, i_hp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_hp * 4 + 3 < N_h, sf_codes[i_b, i_hp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_b, i_h] = T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_b, i_h] = ((T.reinterpret(sf_tile[i_b, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_b, i_h_p in T.grid(B_b, B_h_p):
+                if ((b_b * B_b + i_b) < N_b):
+                    sf[(b_b * B_b + i_b), i_h_p] = T.reinterpret((((T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_b, (i_h_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_h_p * T.int32(4)) + T.int32(1)) < N_h), sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_h_p * T.int32(4)) + T.int32(2)) < N_h), sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_h_p * T.int32(4)) + T.int32(3)) < N_h), sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_b, i_h in T.grid(B_b, B_h):
                 inv[i_b, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                q_staged[i_b, i_r, i_h] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
+                q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
+                q_staged[i_b, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_b, i_r, i_h]), "uint8")
             for i_h, i_b, i_r in T.grid(B_h, B_b, B_r):
-                if ((b_b * B_b + i_b) * N_r + i_r) < T_:
-                    q[i_h, ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_b, i_r, i_h]
+                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
+                    q[i_h, (((b_b * B_b + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
@@ -22,9 +22,9 @@ def build_e4m3_fp32_false(H, group_tokens, x_dtype, *, threads=256, block_b=1, t
     N_h = H
     B_r = pad_pow2(N_r)
     B_b = block_b
-    B_h = pick_block(N_h, max(1, tile_elems // (B_b * B_r)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_b * B_r))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -35,21 +35,21 @@ def build_e4m3_fp32_false(H, group_tokens, x_dtype, *, threads=256, block_b=1, t
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            xf = T.alloc_fragment((B_b, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_b, B_h), "float32")
-            amax = T.alloc_fragment((B_b, B_h), "float32")
-            inv = T.alloc_fragment((B_b, B_h), "float32")
+            xf = T.alloc_fragment((B_b, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_b, B_h), 'float32')
+            amax = T.alloc_fragment((B_b, B_h), 'float32')
+            inv = T.alloc_fragment((B_b, B_h), 'float32')
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
             for i_b, i_h in T.Parallel(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = (amax[i_b, i_h] / T.float32(448.0))
+                inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[((b_b * B_b + i_b) * N_r + i_r), (b_h * B_h + i_h)] = T.cast((xf[i_b, i_r, i_h] * inv[i_b, i_h]), "float8_e4m3fn")
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((xf[i_b, i_r, i_h] * inv[i_b, i_h]), "float8_e4m3fn")
 
     return kernel
 
@@ -61,9 +61,9 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, ti
     N_h = H
     B_r = pad_pow2(N_r)
     B_b = block_b
-    B_h = pick_block(N_h, max(1, tile_elems // (B_b * B_r)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_b * B_r))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -74,24 +74,26 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, ti
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            xf = T.alloc_fragment((B_b, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_b, B_h), "float32")
-            amax = T.alloc_fragment((B_b, B_h), "float32")
-            inv = T.alloc_fragment((B_b, B_h), "float32")
-            q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('float8_e4m3fn'),), 'float8_e4m3fn')
+            xf = T.alloc_fragment((B_b, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_b, B_h), 'float32')
+            amax = T.alloc_fragment((B_b, B_h), 'float32')
+            inv = T.alloc_fragment((B_b, B_h), 'float32')
+            q_tile = T.alloc_fragment((B_b, B_r, B_h), 'float32')
+            q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
             for i_b, i_h in T.Parallel(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = (amax[i_b, i_h] / T.float32(448.0))
+                inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                q_staged[i_b, i_r, i_h] = T.cast((xf[i_b, i_r, i_h] * inv[i_b, i_h]), "float8_e4m3fn")
+                q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
+                q_staged[i_b, i_r, i_h] = T.cast(q_tile[i_b, i_r, i_h], "float8_e4m3fn")
             for i_h, i_b, i_r in T.Parallel(B_h, B_b, B_r):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[(b_h * B_h + i_h), ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_b, i_r, i_h]
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(b_h * B_h + i_h), (((b_b * B_b + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel
 
@@ -103,9 +105,9 @@ def build_e4m3_pow2_false(H, group_tokens, x_dtype, *, threads=256, block_b=1, t
     N_h = H
     B_r = pad_pow2(N_r)
     B_b = block_b
-    B_h = pick_block(N_h, max(1, tile_elems // (B_b * B_r)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_b * B_r))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -116,21 +118,21 @@ def build_e4m3_pow2_false(H, group_tokens, x_dtype, *, threads=256, block_b=1, t
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            xf = T.alloc_fragment((B_b, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_b, B_h), "float32")
-            amax = T.alloc_fragment((B_b, B_h), "float32")
-            inv = T.alloc_fragment((B_b, B_h), "float32")
+            xf = T.alloc_fragment((B_b, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_b, B_h), 'float32')
+            amax = T.alloc_fragment((B_b, B_h), 'float32')
+            inv = T.alloc_fragment((B_b, B_h), 'float32')
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
             for i_b, i_h in T.Parallel(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                inv[i_b, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_b, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[((b_b * B_b + i_b) * N_r + i_r), (b_h * B_h + i_h)] = T.cast((xf[i_b, i_r, i_h] * inv[i_b, i_h]), "float8_e4m3fn")
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((xf[i_b, i_r, i_h] * inv[i_b, i_h]), "float8_e4m3fn")
 
     return kernel
 
@@ -142,9 +144,9 @@ def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, ti
     N_h = H
     B_r = pad_pow2(N_r)
     B_b = block_b
-    B_h = pick_block(N_h, max(1, tile_elems // (B_b * B_r)), 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_b * B_r))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -155,24 +157,26 @@ def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, ti
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            xf = T.alloc_fragment((B_b, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_b, B_h), "float32")
-            amax = T.alloc_fragment((B_b, B_h), "float32")
-            inv = T.alloc_fragment((B_b, B_h), "float32")
-            q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('float8_e4m3fn'),), 'float8_e4m3fn')
+            xf = T.alloc_fragment((B_b, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_b, B_h), 'float32')
+            amax = T.alloc_fragment((B_b, B_h), 'float32')
+            inv = T.alloc_fragment((B_b, B_h), 'float32')
+            q_tile = T.alloc_fragment((B_b, B_r, B_h), 'float32')
+            q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
             for i_b, i_h in T.Parallel(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                inv[i_b, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_b * B_b + i_b) < N_b:
+                if ((b_b * B_b + i_b) < N_b):
                     sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_b, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                q_staged[i_b, i_r, i_h] = T.cast((xf[i_b, i_r, i_h] * inv[i_b, i_h]), "float8_e4m3fn")
+                q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
+                q_staged[i_b, i_r, i_h] = T.cast(q_tile[i_b, i_r, i_h], "float8_e4m3fn")
             for i_h, i_b, i_r in T.Parallel(B_h, B_b, B_r):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[(b_h * B_h + i_h), ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_b, i_r, i_h]
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(b_h * B_h + i_h), (((b_b * B_b + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel
 
@@ -182,11 +186,13 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads=256, block_b=1, 
     N_b = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
     N_h = H
+    N_h_p = T.ceildiv(N_h, 4)
     B_r = pad_pow2(N_r)
     B_b = block_b
-    B_h = pick_block(N_h, max(1, tile_elems // (B_b * B_r)), 4)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_b * B_r))), 4)
+    B_h_p = T.ceildiv(B_h, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -197,25 +203,27 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads=256, block_b=1, 
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            xf = T.alloc_fragment((B_b, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_b, B_h), "float32")
-            amax = T.alloc_fragment((B_b, B_h), "float32")
-            sf_codes = T.alloc_shared((B_b, B_h), "uint32")
-            inv = T.alloc_fragment((B_b, B_h), "float32")
+            xf = T.alloc_fragment((B_b, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_b, B_h), 'float32')
+            amax = T.alloc_fragment((B_b, B_h), 'float32')
+            sf_tile = T.alloc_fragment((B_b, B_h), 'float32')
+            sf_codes = T.alloc_shared((B_b, B_h), 'uint32')
+            inv = T.alloc_fragment((B_b, B_h), 'float32')
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
             for i_b, i_h in T.Parallel(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                sf_codes[i_b, i_h] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_b, i_hp in T.Parallel(B_b, T.ceildiv(B_h, 4)):
-                if (b_b * B_b + i_b) < N_b:
-                    sf[(b_b * B_b + i_b), b_h * T.ceildiv(B_h, 4) + i_hp] = T.reinterpret((T.if_then_else(b_h * B_h + i_hp * 4 + 0 < N_h, sf_codes[i_b, i_hp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 1 < N_h, sf_codes[i_b, i_hp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 2 < N_h, sf_codes[i_b, i_hp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 3 < N_h, sf_codes[i_b, i_hp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_b, i_h] = T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_b, i_h] = ((T.reinterpret(sf_tile[i_b, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_b, i_h_p in T.Parallel(B_b, B_h_p):
+                if ((b_b * B_b + i_b) < N_b):
+                    sf[(b_b * B_b + i_b), (b_h * B_h_p + i_h_p)] = T.reinterpret((((T.if_then_else((((b_h * B_h_p + i_h_p) * T.int32(4)) < N_h), sf_codes[i_b, (i_h_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(1)) < N_h), sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(2)) < N_h), sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(3)) < N_h), sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_b, i_h in T.Parallel(B_b, B_h):
                 inv[i_b, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[((b_b * B_b + i_b) * N_r + i_r), (b_h * B_h + i_h)] = T.cast((xf[i_b, i_r, i_h] * inv[i_b, i_h]), "float8_e4m3fn")
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((xf[i_b, i_r, i_h] * inv[i_b, i_h]), "float8_e4m3fn")
 
     return kernel
 
@@ -225,11 +233,13 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, t
     N_b = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
     N_h = H
+    N_h_p = T.ceildiv(N_h, 4)
     B_r = pad_pow2(N_r)
     B_b = block_b
-    B_h = pick_block(N_h, max(1, tile_elems // (B_b * B_r)), 4)
+    B_h = pick_block(N_h, max(1, (tile_elems // (B_b * B_r))), 4)
+    B_h_p = T.ceildiv(B_h, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -240,27 +250,31 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, t
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            xf = T.alloc_fragment((B_b, B_r, B_h), "float32")
-            _t0 = T.alloc_fragment((B_b, B_h), "float32")
-            amax = T.alloc_fragment((B_b, B_h), "float32")
-            sf_codes = T.alloc_shared((B_b, B_h), "uint32")
-            inv = T.alloc_fragment((B_b, B_h), "float32")
-            q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('float8_e4m3fn'),), 'float8_e4m3fn')
+            xf = T.alloc_fragment((B_b, B_r, B_h), 'float32')
+            _t0 = T.alloc_fragment((B_b, B_h), 'float32')
+            amax = T.alloc_fragment((B_b, B_h), 'float32')
+            sf_tile = T.alloc_fragment((B_b, B_h), 'float32')
+            sf_codes = T.alloc_shared((B_b, B_h), 'uint32')
+            inv = T.alloc_fragment((B_b, B_h), 'float32')
+            q_tile = T.alloc_fragment((B_b, B_r, B_h), 'float32')
+            q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else((((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r), LOAD_x(x[((b_b * B_b + i_b) * N_r + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)), LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
             for i_b, i_h in T.Parallel(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                sf_codes[i_b, i_h] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_b, i_hp in T.Parallel(B_b, T.ceildiv(B_h, 4)):
-                if (b_b * B_b + i_b) < N_b:
-                    sf[(b_b * B_b + i_b), b_h * T.ceildiv(B_h, 4) + i_hp] = T.reinterpret((T.if_then_else(b_h * B_h + i_hp * 4 + 0 < N_h, sf_codes[i_b, i_hp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 1 < N_h, sf_codes[i_b, i_hp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 2 < N_h, sf_codes[i_b, i_hp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_h * B_h + i_hp * 4 + 3 < N_h, sf_codes[i_b, i_hp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_b, i_h] = T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_b, i_h] = ((T.reinterpret(sf_tile[i_b, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_b, i_h_p in T.Parallel(B_b, B_h_p):
+                if ((b_b * B_b + i_b) < N_b):
+                    sf[(b_b * B_b + i_b), (b_h * B_h_p + i_h_p)] = T.reinterpret((((T.if_then_else((((b_h * B_h_p + i_h_p) * T.int32(4)) < N_h), sf_codes[i_b, (i_h_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(1)) < N_h), sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(2)) < N_h), sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(3)) < N_h), sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_b, i_h in T.Parallel(B_b, B_h):
                 inv[i_b, i_h] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                q_staged[i_b, i_r, i_h] = T.cast((xf[i_b, i_r, i_h] * inv[i_b, i_h]), "float8_e4m3fn")
+                q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
+                q_staged[i_b, i_r, i_h] = T.cast(q_tile[i_b, i_r, i_h], "float8_e4m3fn")
             for i_h, i_b, i_r in T.Parallel(B_h, B_b, B_r):
-                if (((b_b * B_b + i_b) * N_r + i_r) < T_) & (i_r < N_r):
-                    q[(b_h * B_h + i_h), ((b_b * B_b + i_b) * N_r + i_r)] = q_staged[i_b, i_r, i_h]
+                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[(b_h * B_h + i_h), (((b_b * B_b + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16, encode_e2m1, encode_e4m3, encode_e5m2, encode_e5m6
 
 TARGET = 'c'
@@ -25,7 +25,7 @@ def build_e4m3_fp32_row(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -34,24 +34,24 @@ def build_e4m3_fp32_row(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -65,33 +65,33 @@ def build_e4m3_fp32_col(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[i_g, (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -105,7 +105,7 @@ def build_e4m3_pow2_row(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -114,24 +114,24 @@ def build_e4m3_pow2_row(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -145,33 +145,33 @@ def build_e4m3_pow2_col(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[i_g, (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -181,11 +181,13 @@ def build_e4m3_ue8m0_row(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -194,28 +196,30 @@ def build_e4m3_ue8m0_row(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -225,41 +229,45 @@ def build_e4m3_ue8m0_col(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T.ceildiv((H // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        sf: T.Tensor((T.ceildiv((H // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[i_g_p, (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -273,7 +281,7 @@ def build_e4m3_ue8m0_byte_row(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -282,24 +290,24 @@ def build_e4m3_ue8m0_byte_row(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -313,33 +321,33 @@ def build_e4m3_ue8m0_byte_col(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 16) * 16), 'uint8'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 16) * 16)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[i_g, (b_t * B_t + i_t)] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -353,7 +361,7 @@ def build_e5m2_fp32_row(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -362,24 +370,24 @@ def build_e5m2_fp32_row(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(57344.0))
+                inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -393,33 +401,33 @@ def build_e5m2_fp32_col(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[i_g, (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(57344.0))
+                inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -433,7 +441,7 @@ def build_e5m2_pow2_row(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -442,24 +450,24 @@ def build_e5m2_pow2_row(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -473,33 +481,33 @@ def build_e5m2_pow2_col(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[i_g, (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -509,11 +517,13 @@ def build_e5m2_ue8m0_row(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -522,28 +532,30 @@ def build_e5m2_ue8m0_row(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -553,41 +565,45 @@ def build_e5m2_ue8m0_col(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T.ceildiv((H // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        sf: T.Tensor((T.ceildiv((H // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[i_g_p, (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -601,7 +617,7 @@ def build_e5m2_ue8m0_byte_row(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -610,24 +626,24 @@ def build_e5m2_ue8m0_byte_row(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -641,33 +657,33 @@ def build_e5m2_ue8m0_byte_col(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 16) * 16), 'uint8'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 16) * 16)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[i_g, (b_t * B_t + i_t)] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -677,13 +693,15 @@ def build_e2m1_fp32_row(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 2)
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
+    B_c_p = T.ceildiv(B_c, 2)
+    if not (((N_c % 2) == 0)):
+        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -692,27 +710,29 @@ def build_e2m1_fp32_row(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            q_codes = T.alloc_local((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(6.0))
+                inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.grid(B_t, B_g, T.ceildiv(B_c, 2)):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), i_g * T.ceildiv(N_c, 2) + i_cp] = T.cast((T.if_then_else(i_cp * 2 + 0 < N_c, q_codes[i_t, i_g, i_cp * 2 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_cp * 2 + 1 < N_c, q_codes[i_t, i_g, i_cp * 2 + 1], T.uint32(0)) << T.uint32(4)), "uint8")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
 
@@ -722,42 +742,46 @@ def build_e2m1_fp32_col(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 2)
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
+    B_c_p = T.ceildiv(B_c, 2)
+    if not (((N_c % 2) == 0)):
+        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            q_codes = T.alloc_local((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[i_g, (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(6.0))
+                inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.grid(B_t, B_g, T.ceildiv(B_c, 2)):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), i_g * T.ceildiv(N_c, 2) + i_cp] = T.cast((T.if_then_else(i_cp * 2 + 0 < N_c, q_codes[i_t, i_g, i_cp * 2 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_cp * 2 + 1 < N_c, q_codes[i_t, i_g, i_cp * 2 + 1], T.uint32(0)) << T.uint32(4)), "uint8")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
 
@@ -767,13 +791,15 @@ def build_e2m1_pow2_row(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 2)
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
+    B_c_p = T.ceildiv(B_c, 2)
+    if not (((N_c % 2) == 0)):
+        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -782,27 +808,29 @@ def build_e2m1_pow2_row(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            q_codes = T.alloc_local((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.grid(B_t, B_g, T.ceildiv(B_c, 2)):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), i_g * T.ceildiv(N_c, 2) + i_cp] = T.cast((T.if_then_else(i_cp * 2 + 0 < N_c, q_codes[i_t, i_g, i_cp * 2 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_cp * 2 + 1 < N_c, q_codes[i_t, i_g, i_cp * 2 + 1], T.uint32(0)) << T.uint32(4)), "uint8")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
 
@@ -812,42 +840,46 @@ def build_e2m1_pow2_col(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 2)
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
+    B_c_p = T.ceildiv(B_c, 2)
+    if not (((N_c % 2) == 0)):
+        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            q_codes = T.alloc_local((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[i_g, (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.grid(B_t, B_g, T.ceildiv(B_c, 2)):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), i_g * T.ceildiv(N_c, 2) + i_cp] = T.cast((T.if_then_else(i_cp * 2 + 0 < N_c, q_codes[i_t, i_g, i_cp * 2 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_cp * 2 + 1 < N_c, q_codes[i_t, i_g, i_cp * 2 + 1], T.uint32(0)) << T.uint32(4)), "uint8")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
 
@@ -857,13 +889,17 @@ def build_e2m1_ue8m0_row(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
+    N_c_p = T.ceildiv(N_c, 2)
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
+    B_g_p = T.ceildiv(B_g, 4)
+    B_c_p = T.ceildiv(B_c, 2)
+    if not (((N_c % 2) == 0)):
+        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -872,31 +908,35 @@ def build_e2m1_ue8m0_row(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            q_codes = T.alloc_local((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.grid(B_t, B_g, T.ceildiv(B_c, 2)):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), i_g * T.ceildiv(N_c, 2) + i_cp] = T.cast((T.if_then_else(i_cp * 2 + 0 < N_c, q_codes[i_t, i_g, i_cp * 2 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_cp * 2 + 1 < N_c, q_codes[i_t, i_g, i_cp * 2 + 1], T.uint32(0)) << T.uint32(4)), "uint8")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
 
@@ -906,46 +946,54 @@ def build_e2m1_ue8m0_col(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
+    N_c_p = T.ceildiv(N_c, 2)
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
+    B_g_p = T.ceildiv(B_g, 4)
+    B_c_p = T.ceildiv(B_c, 2)
+    if not (((N_c % 2) == 0)):
+        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: T.Tensor((T.ceildiv((H // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        sf: T.Tensor((T.ceildiv((H // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            q_codes = T.alloc_local((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[i_g_p, (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.grid(B_t, B_g, T.ceildiv(B_c, 2)):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), i_g * T.ceildiv(N_c, 2) + i_cp] = T.cast((T.if_then_else(i_cp * 2 + 0 < N_c, q_codes[i_t, i_g, i_cp * 2 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_cp * 2 + 1 < N_c, q_codes[i_t, i_g, i_cp * 2 + 1], T.uint32(0)) << T.uint32(4)), "uint8")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
 
@@ -955,13 +1003,15 @@ def build_e2m1_ue8m0_byte_row(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 2)
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
+    B_c_p = T.ceildiv(B_c, 2)
+    if not (((N_c % 2) == 0)):
+        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -970,27 +1020,29 @@ def build_e2m1_ue8m0_byte_row(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            q_codes = T.alloc_local((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.grid(B_t, B_g, T.ceildiv(B_c, 2)):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), i_g * T.ceildiv(N_c, 2) + i_cp] = T.cast((T.if_then_else(i_cp * 2 + 0 < N_c, q_codes[i_t, i_g, i_cp * 2 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_cp * 2 + 1 < N_c, q_codes[i_t, i_g, i_cp * 2 + 1], T.uint32(0)) << T.uint32(4)), "uint8")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
 
@@ -1000,42 +1052,46 @@ def build_e2m1_ue8m0_byte_col(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 2)
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
+    B_c_p = T.ceildiv(B_c, 2)
+    if not (((N_c % 2) == 0)):
+        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 16) * 16), 'uint8'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 16) * 16)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            q_codes = T.alloc_local((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[i_g, (b_t * B_t + i_t)] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.grid(B_t, B_g, T.ceildiv(B_c, 2)):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), i_g * T.ceildiv(N_c, 2) + i_cp] = T.cast((T.if_then_else(i_cp * 2 + 0 < N_c, q_codes[i_t, i_g, i_cp * 2 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_cp * 2 + 1 < N_c, q_codes[i_t, i_g, i_cp * 2 + 1], T.uint32(0)) << T.uint32(4)), "uint8")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
 
@@ -1045,44 +1101,48 @@ def build_e5m6_fp32_row(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 8)
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
+    B_c_p = T.ceildiv(B_c, 8)
+    if not (((N_c % 8) == 0)):
+        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            q_codes = T.alloc_local((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(65024.0))
+                inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.grid(B_t, B_g, T.ceildiv(B_c, 8)):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 0] = T.reinterpret((T.if_then_else(i_cp * 8 + 0 < N_c, q_codes[i_t, i_g, i_cp * 8 + 0], T.uint32(0)) << T.uint32(20)) | (T.if_then_else(i_cp * 8 + 1 < N_c, q_codes[i_t, i_g, i_cp * 8 + 1], T.uint32(0)) << T.uint32(8)) | ((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) >> T.uint32(4)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 1] = T.reinterpret(((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else(i_cp * 8 + 3 < N_c, q_codes[i_t, i_g, i_cp * 8 + 3], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_cp * 8 + 4 < N_c, q_codes[i_t, i_g, i_cp * 8 + 4], T.uint32(0)) << T.uint32(4)) | ((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) >> T.uint32(8)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 2] = T.reinterpret(((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else(i_cp * 8 + 6 < N_c, q_codes[i_t, i_g, i_cp * 8 + 6], T.uint32(0)) << T.uint32(12)) | (T.if_then_else(i_cp * 8 + 7 < N_c, q_codes[i_t, i_g, i_cp * 8 + 7], T.uint32(0)) << T.uint32(0)), "int32")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
 
@@ -1092,44 +1152,48 @@ def build_e5m6_fp32_col(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 8)
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
+    B_c_p = T.ceildiv(B_c, 8)
+    if not (((N_c % 8) == 0)):
+        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            q_codes = T.alloc_local((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[i_g, (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(65024.0))
+                inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.grid(B_t, B_g, T.ceildiv(B_c, 8)):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 0] = T.reinterpret((T.if_then_else(i_cp * 8 + 0 < N_c, q_codes[i_t, i_g, i_cp * 8 + 0], T.uint32(0)) << T.uint32(20)) | (T.if_then_else(i_cp * 8 + 1 < N_c, q_codes[i_t, i_g, i_cp * 8 + 1], T.uint32(0)) << T.uint32(8)) | ((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) >> T.uint32(4)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 1] = T.reinterpret(((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else(i_cp * 8 + 3 < N_c, q_codes[i_t, i_g, i_cp * 8 + 3], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_cp * 8 + 4 < N_c, q_codes[i_t, i_g, i_cp * 8 + 4], T.uint32(0)) << T.uint32(4)) | ((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) >> T.uint32(8)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 2] = T.reinterpret(((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else(i_cp * 8 + 6 < N_c, q_codes[i_t, i_g, i_cp * 8 + 6], T.uint32(0)) << T.uint32(12)) | (T.if_then_else(i_cp * 8 + 7 < N_c, q_codes[i_t, i_g, i_cp * 8 + 7], T.uint32(0)) << T.uint32(0)), "int32")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
 
@@ -1139,44 +1203,48 @@ def build_e5m6_pow2_row(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 8)
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
+    B_c_p = T.ceildiv(B_c, 8)
+    if not (((N_c % 8) == 0)):
+        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            q_codes = T.alloc_local((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.grid(B_t, B_g, T.ceildiv(B_c, 8)):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 0] = T.reinterpret((T.if_then_else(i_cp * 8 + 0 < N_c, q_codes[i_t, i_g, i_cp * 8 + 0], T.uint32(0)) << T.uint32(20)) | (T.if_then_else(i_cp * 8 + 1 < N_c, q_codes[i_t, i_g, i_cp * 8 + 1], T.uint32(0)) << T.uint32(8)) | ((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) >> T.uint32(4)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 1] = T.reinterpret(((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else(i_cp * 8 + 3 < N_c, q_codes[i_t, i_g, i_cp * 8 + 3], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_cp * 8 + 4 < N_c, q_codes[i_t, i_g, i_cp * 8 + 4], T.uint32(0)) << T.uint32(4)) | ((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) >> T.uint32(8)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 2] = T.reinterpret(((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else(i_cp * 8 + 6 < N_c, q_codes[i_t, i_g, i_cp * 8 + 6], T.uint32(0)) << T.uint32(12)) | (T.if_then_else(i_cp * 8 + 7 < N_c, q_codes[i_t, i_g, i_cp * 8 + 7], T.uint32(0)) << T.uint32(0)), "int32")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
 
@@ -1186,44 +1254,48 @@ def build_e5m6_pow2_col(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 8)
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
+    B_c_p = T.ceildiv(B_c, 8)
+    if not (((N_c % 8) == 0)):
+        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            q_codes = T.alloc_local((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[i_g, (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.grid(B_t, B_g, T.ceildiv(B_c, 8)):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 0] = T.reinterpret((T.if_then_else(i_cp * 8 + 0 < N_c, q_codes[i_t, i_g, i_cp * 8 + 0], T.uint32(0)) << T.uint32(20)) | (T.if_then_else(i_cp * 8 + 1 < N_c, q_codes[i_t, i_g, i_cp * 8 + 1], T.uint32(0)) << T.uint32(8)) | ((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) >> T.uint32(4)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 1] = T.reinterpret(((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else(i_cp * 8 + 3 < N_c, q_codes[i_t, i_g, i_cp * 8 + 3], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_cp * 8 + 4 < N_c, q_codes[i_t, i_g, i_cp * 8 + 4], T.uint32(0)) << T.uint32(4)) | ((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) >> T.uint32(8)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 2] = T.reinterpret(((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else(i_cp * 8 + 6 < N_c, q_codes[i_t, i_g, i_cp * 8 + 6], T.uint32(0)) << T.uint32(12)) | (T.if_then_else(i_cp * 8 + 7 < N_c, q_codes[i_t, i_g, i_cp * 8 + 7], T.uint32(0)) << T.uint32(0)), "int32")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
 
@@ -1233,48 +1305,56 @@ def build_e5m6_ue8m0_row(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
+    N_c_p = T.ceildiv(N_c, 8)
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
+    B_g_p = T.ceildiv(B_g, 4)
+    B_c_p = T.ceildiv(B_c, 8)
+    if not (((N_c % 8) == 0)):
+        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            q_codes = T.alloc_local((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.grid(B_t, B_g, T.ceildiv(B_c, 8)):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 0] = T.reinterpret((T.if_then_else(i_cp * 8 + 0 < N_c, q_codes[i_t, i_g, i_cp * 8 + 0], T.uint32(0)) << T.uint32(20)) | (T.if_then_else(i_cp * 8 + 1 < N_c, q_codes[i_t, i_g, i_cp * 8 + 1], T.uint32(0)) << T.uint32(8)) | ((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) >> T.uint32(4)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 1] = T.reinterpret(((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else(i_cp * 8 + 3 < N_c, q_codes[i_t, i_g, i_cp * 8 + 3], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_cp * 8 + 4 < N_c, q_codes[i_t, i_g, i_cp * 8 + 4], T.uint32(0)) << T.uint32(4)) | ((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) >> T.uint32(8)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 2] = T.reinterpret(((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else(i_cp * 8 + 6 < N_c, q_codes[i_t, i_g, i_cp * 8 + 6], T.uint32(0)) << T.uint32(12)) | (T.if_then_else(i_cp * 8 + 7 < N_c, q_codes[i_t, i_g, i_cp * 8 + 7], T.uint32(0)) << T.uint32(0)), "int32")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
 
@@ -1284,48 +1364,56 @@ def build_e5m6_ue8m0_col(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
+    N_c_p = T.ceildiv(N_c, 8)
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
+    B_g_p = T.ceildiv(B_g, 4)
+    B_c_p = T.ceildiv(B_c, 8)
+    if not (((N_c % 8) == 0)):
+        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
-        sf: T.Tensor((T.ceildiv((H // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
+        sf: T.Tensor((T.ceildiv((H // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            q_codes = T.alloc_local((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[i_g_p, (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.grid(B_t, B_g, T.ceildiv(B_c, 8)):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 0] = T.reinterpret((T.if_then_else(i_cp * 8 + 0 < N_c, q_codes[i_t, i_g, i_cp * 8 + 0], T.uint32(0)) << T.uint32(20)) | (T.if_then_else(i_cp * 8 + 1 < N_c, q_codes[i_t, i_g, i_cp * 8 + 1], T.uint32(0)) << T.uint32(8)) | ((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) >> T.uint32(4)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 1] = T.reinterpret(((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else(i_cp * 8 + 3 < N_c, q_codes[i_t, i_g, i_cp * 8 + 3], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_cp * 8 + 4 < N_c, q_codes[i_t, i_g, i_cp * 8 + 4], T.uint32(0)) << T.uint32(4)) | ((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) >> T.uint32(8)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 2] = T.reinterpret(((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else(i_cp * 8 + 6 < N_c, q_codes[i_t, i_g, i_cp * 8 + 6], T.uint32(0)) << T.uint32(12)) | (T.if_then_else(i_cp * 8 + 7 < N_c, q_codes[i_t, i_g, i_cp * 8 + 7], T.uint32(0)) << T.uint32(0)), "int32")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
 
@@ -1335,44 +1423,48 @@ def build_e5m6_ue8m0_byte_row(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 8)
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
+    B_c_p = T.ceildiv(B_c, 8)
+    if not (((N_c % 8) == 0)):
+        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, (H // group)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            q_codes = T.alloc_local((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.grid(B_t, B_g, T.ceildiv(B_c, 8)):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 0] = T.reinterpret((T.if_then_else(i_cp * 8 + 0 < N_c, q_codes[i_t, i_g, i_cp * 8 + 0], T.uint32(0)) << T.uint32(20)) | (T.if_then_else(i_cp * 8 + 1 < N_c, q_codes[i_t, i_g, i_cp * 8 + 1], T.uint32(0)) << T.uint32(8)) | ((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) >> T.uint32(4)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 1] = T.reinterpret(((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else(i_cp * 8 + 3 < N_c, q_codes[i_t, i_g, i_cp * 8 + 3], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_cp * 8 + 4 < N_c, q_codes[i_t, i_g, i_cp * 8 + 4], T.uint32(0)) << T.uint32(4)) | ((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) >> T.uint32(8)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 2] = T.reinterpret(((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else(i_cp * 8 + 6 < N_c, q_codes[i_t, i_g, i_cp * 8 + 6], T.uint32(0)) << T.uint32(12)) | (T.if_then_else(i_cp * 8 + 7 < N_c, q_codes[i_t, i_g, i_cp * 8 + 7], T.uint32(0)) << T.uint32(0)), "int32")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
 
@@ -1382,43 +1474,47 @@ def build_e5m6_ue8m0_byte_col(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 8)
     B_g = N_g
     B_c = N_c
     B_t = block_t
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
+    B_c_p = T.ceildiv(B_c, 8)
+    if not (((N_c % 8) == 0)):
+        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 16) * 16), 'uint8'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 16) * 16)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            q_codes = T.alloc_local((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[i_g, (b_t * B_t + i_t)] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.grid(B_t, B_g, T.ceildiv(B_c, 8)):
-                if (b_t * B_t + i_t) < N_t:
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 0] = T.reinterpret((T.if_then_else(i_cp * 8 + 0 < N_c, q_codes[i_t, i_g, i_cp * 8 + 0], T.uint32(0)) << T.uint32(20)) | (T.if_then_else(i_cp * 8 + 1 < N_c, q_codes[i_t, i_g, i_cp * 8 + 1], T.uint32(0)) << T.uint32(8)) | ((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) >> T.uint32(4)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 1] = T.reinterpret(((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else(i_cp * 8 + 3 < N_c, q_codes[i_t, i_g, i_cp * 8 + 3], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_cp * 8 + 4 < N_c, q_codes[i_t, i_g, i_cp * 8 + 4], T.uint32(0)) << T.uint32(4)) | ((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) >> T.uint32(8)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), (i_g * T.ceildiv(N_c, 8) + i_cp) * 3 + 2] = T.reinterpret(((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else(i_cp * 8 + 6 < N_c, q_codes[i_t, i_g, i_cp * 8 + 6], T.uint32(0)) << T.uint32(12)) | (T.if_then_else(i_cp * 8 + 7 < N_c, q_codes[i_t, i_g, i_cp * 8 + 7], T.uint32(0)) << T.uint32(0)), "int32")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import encode_e2m1, encode_e5m6
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
@@ -23,9 +23,9 @@ def build_e4m3_fp32_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -36,21 +36,21 @@ def build_e4m3_fp32_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -62,34 +62,34 @@ def build_e4m3_fp32_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(448.0))
+                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -101,9 +101,9 @@ def build_e4m3_pow2_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -114,21 +114,21 @@ def build_e4m3_pow2_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -140,34 +140,34 @@ def build_e4m3_pow2_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -177,11 +177,13 @@ def build_e4m3_ue8m0_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -192,25 +194,27 @@ def build_e4m3_ue8m0_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -220,40 +224,44 @@ def build_e4m3_ue8m0_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv((H // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        sf: T.Tensor((T.ceildiv((H // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[b_g * T.ceildiv(B_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_g * B_g_p + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -265,9 +273,9 @@ def build_e4m3_ue8m0_byte_row(H, group, x_dtype, *, threads=128, block_t=4, tile
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -278,21 +286,21 @@ def build_e4m3_ue8m0_byte_row(H, group, x_dtype, *, threads=128, block_t=4, tile
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -304,34 +312,34 @@ def build_e4m3_ue8m0_byte_col(H, group, x_dtype, *, threads=128, block_t=4, tile
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 16) * 16), 'uint8'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 16) * 16)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -343,9 +351,9 @@ def build_e5m2_fp32_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -356,21 +364,21 @@ def build_e5m2_fp32_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(57344.0))
+                inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
 
     return kernel
 
@@ -382,34 +390,34 @@ def build_e5m2_fp32_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, H), 'float8_e5m2'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(57344.0))
+                inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
 
     return kernel
 
@@ -421,9 +429,9 @@ def build_e5m2_pow2_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -434,21 +442,21 @@ def build_e5m2_pow2_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
 
     return kernel
 
@@ -460,34 +468,34 @@ def build_e5m2_pow2_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, H), 'float8_e5m2'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
 
     return kernel
 
@@ -497,11 +505,13 @@ def build_e5m2_ue8m0_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -512,25 +522,27 @@ def build_e5m2_ue8m0_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
 
     return kernel
 
@@ -540,40 +552,44 @@ def build_e5m2_ue8m0_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, H), 'float8_e5m2'),
-        sf: T.Tensor((T.ceildiv((H // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        sf: T.Tensor((T.ceildiv((H // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[b_g * T.ceildiv(B_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_g * B_g_p + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
 
     return kernel
 
@@ -585,9 +601,9 @@ def build_e5m2_ue8m0_byte_row(H, group, x_dtype, *, threads=128, block_t=4, tile
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -598,21 +614,21 @@ def build_e5m2_ue8m0_byte_row(H, group, x_dtype, *, threads=128, block_t=4, tile
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
 
     return kernel
 
@@ -624,34 +640,34 @@ def build_e5m2_ue8m0_byte_col(H, group, x_dtype, *, threads=128, block_t=4, tile
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, H), 'float8_e5m2'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 16) * 16), 'uint8'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 16) * 16)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
 
     return kernel
 
@@ -661,13 +677,15 @@ def build_e2m1_fp32_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    B_c_p = T.ceildiv(B_c, 2)
+    if not (((N_c % 2) == 0)):
+        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -678,24 +696,26 @@ def build_e2m1_fp32_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            q_codes = T.alloc_shared((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(6.0))
+                inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.Parallel(B_t, B_g, T.ceildiv(B_c, 2)):
-                if ((b_t * B_t + i_t) < N_t) & (i_cp * 2 < N_c):
-                    q[(b_t * B_t + i_t), (b_g * B_g + i_g) * T.ceildiv(N_c, 2) + i_cp] = T.cast((T.if_then_else(i_cp * 2 + 0 < N_c, q_codes[i_t, i_g, i_cp * 2 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_cp * 2 + 1 < N_c, q_codes[i_t, i_g, i_cp * 2 + 1], T.uint32(0)) << T.uint32(4)), "uint8")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
 
@@ -705,41 +725,45 @@ def build_e2m1_fp32_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    B_c_p = T.ceildiv(B_c, 2)
+    if not (((N_c % 2) == 0)):
+        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            q_codes = T.alloc_shared((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(6.0))
+                inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.Parallel(B_t, B_g, T.ceildiv(B_c, 2)):
-                if ((b_t * B_t + i_t) < N_t) & (i_cp * 2 < N_c):
-                    q[(b_t * B_t + i_t), (b_g * B_g + i_g) * T.ceildiv(N_c, 2) + i_cp] = T.cast((T.if_then_else(i_cp * 2 + 0 < N_c, q_codes[i_t, i_g, i_cp * 2 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_cp * 2 + 1 < N_c, q_codes[i_t, i_g, i_cp * 2 + 1], T.uint32(0)) << T.uint32(4)), "uint8")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
 
@@ -749,13 +773,15 @@ def build_e2m1_pow2_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    B_c_p = T.ceildiv(B_c, 2)
+    if not (((N_c % 2) == 0)):
+        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -766,24 +792,26 @@ def build_e2m1_pow2_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            q_codes = T.alloc_shared((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.Parallel(B_t, B_g, T.ceildiv(B_c, 2)):
-                if ((b_t * B_t + i_t) < N_t) & (i_cp * 2 < N_c):
-                    q[(b_t * B_t + i_t), (b_g * B_g + i_g) * T.ceildiv(N_c, 2) + i_cp] = T.cast((T.if_then_else(i_cp * 2 + 0 < N_c, q_codes[i_t, i_g, i_cp * 2 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_cp * 2 + 1 < N_c, q_codes[i_t, i_g, i_cp * 2 + 1], T.uint32(0)) << T.uint32(4)), "uint8")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
 
@@ -793,41 +821,45 @@ def build_e2m1_pow2_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    B_c_p = T.ceildiv(B_c, 2)
+    if not (((N_c % 2) == 0)):
+        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            q_codes = T.alloc_shared((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.Parallel(B_t, B_g, T.ceildiv(B_c, 2)):
-                if ((b_t * B_t + i_t) < N_t) & (i_cp * 2 < N_c):
-                    q[(b_t * B_t + i_t), (b_g * B_g + i_g) * T.ceildiv(N_c, 2) + i_cp] = T.cast((T.if_then_else(i_cp * 2 + 0 < N_c, q_codes[i_t, i_g, i_cp * 2 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_cp * 2 + 1 < N_c, q_codes[i_t, i_g, i_cp * 2 + 1], T.uint32(0)) << T.uint32(4)), "uint8")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
 
@@ -837,13 +869,17 @@ def build_e2m1_ue8m0_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
+    N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
+    B_c_p = T.ceildiv(B_c, 2)
+    if not (((N_c % 2) == 0)):
+        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -854,28 +890,32 @@ def build_e2m1_ue8m0_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            q_codes = T.alloc_shared((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.Parallel(B_t, B_g, T.ceildiv(B_c, 2)):
-                if ((b_t * B_t + i_t) < N_t) & (i_cp * 2 < N_c):
-                    q[(b_t * B_t + i_t), (b_g * B_g + i_g) * T.ceildiv(N_c, 2) + i_cp] = T.cast((T.if_then_else(i_cp * 2 + 0 < N_c, q_codes[i_t, i_g, i_cp * 2 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_cp * 2 + 1 < N_c, q_codes[i_t, i_g, i_cp * 2 + 1], T.uint32(0)) << T.uint32(4)), "uint8")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
 
@@ -885,45 +925,53 @@ def build_e2m1_ue8m0_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
+    N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
+    B_c_p = T.ceildiv(B_c, 2)
+    if not (((N_c % 2) == 0)):
+        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: T.Tensor((T.ceildiv((H // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        sf: T.Tensor((T.ceildiv((H // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            q_codes = T.alloc_shared((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[b_g * T.ceildiv(B_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_g * B_g_p + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.Parallel(B_t, B_g, T.ceildiv(B_c, 2)):
-                if ((b_t * B_t + i_t) < N_t) & (i_cp * 2 < N_c):
-                    q[(b_t * B_t + i_t), (b_g * B_g + i_g) * T.ceildiv(N_c, 2) + i_cp] = T.cast((T.if_then_else(i_cp * 2 + 0 < N_c, q_codes[i_t, i_g, i_cp * 2 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_cp * 2 + 1 < N_c, q_codes[i_t, i_g, i_cp * 2 + 1], T.uint32(0)) << T.uint32(4)), "uint8")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
 
@@ -933,13 +981,15 @@ def build_e2m1_ue8m0_byte_row(H, group, x_dtype, *, threads=128, block_t=4, tile
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    B_c_p = T.ceildiv(B_c, 2)
+    if not (((N_c % 2) == 0)):
+        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -950,24 +1000,26 @@ def build_e2m1_ue8m0_byte_row(H, group, x_dtype, *, threads=128, block_t=4, tile
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            q_codes = T.alloc_shared((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.Parallel(B_t, B_g, T.ceildiv(B_c, 2)):
-                if ((b_t * B_t + i_t) < N_t) & (i_cp * 2 < N_c):
-                    q[(b_t * B_t + i_t), (b_g * B_g + i_g) * T.ceildiv(N_c, 2) + i_cp] = T.cast((T.if_then_else(i_cp * 2 + 0 < N_c, q_codes[i_t, i_g, i_cp * 2 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_cp * 2 + 1 < N_c, q_codes[i_t, i_g, i_cp * 2 + 1], T.uint32(0)) << T.uint32(4)), "uint8")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
 
@@ -977,41 +1029,45 @@ def build_e2m1_ue8m0_byte_col(H, group, x_dtype, *, threads=128, block_t=4, tile
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 2 == 0):
-        raise ValueError("q: 2 codes share a word, so they must not straddle axis c")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    B_c_p = T.ceildiv(B_c, 2)
+    if not (((N_c % 2) == 0)):
+        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 16) * 16), 'uint8'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 16) * 16)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            q_codes = T.alloc_shared((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.Parallel(B_t, B_g, T.ceildiv(B_c, 2)):
-                if ((b_t * B_t + i_t) < N_t) & (i_cp * 2 < N_c):
-                    q[(b_t * B_t + i_t), (b_g * B_g + i_g) * T.ceildiv(N_c, 2) + i_cp] = T.cast((T.if_then_else(i_cp * 2 + 0 < N_c, q_codes[i_t, i_g, i_cp * 2 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_cp * 2 + 1 < N_c, q_codes[i_t, i_g, i_cp * 2 + 1], T.uint32(0)) << T.uint32(4)), "uint8")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
 
@@ -1021,43 +1077,47 @@ def build_e5m6_fp32_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    B_c_p = T.ceildiv(B_c, 8)
+    if not (((N_c % 8) == 0)):
+        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            q_codes = T.alloc_shared((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(65024.0))
+                inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.Parallel(B_t, B_g, T.ceildiv(B_c, 8)):
-                if ((b_t * B_t + i_t) < N_t) & (i_cp * 8 < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 0] = T.reinterpret((T.if_then_else(i_cp * 8 + 0 < N_c, q_codes[i_t, i_g, i_cp * 8 + 0], T.uint32(0)) << T.uint32(20)) | (T.if_then_else(i_cp * 8 + 1 < N_c, q_codes[i_t, i_g, i_cp * 8 + 1], T.uint32(0)) << T.uint32(8)) | ((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) >> T.uint32(4)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 1] = T.reinterpret(((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else(i_cp * 8 + 3 < N_c, q_codes[i_t, i_g, i_cp * 8 + 3], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_cp * 8 + 4 < N_c, q_codes[i_t, i_g, i_cp * 8 + 4], T.uint32(0)) << T.uint32(4)) | ((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) >> T.uint32(8)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 2] = T.reinterpret(((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else(i_cp * 8 + 6 < N_c, q_codes[i_t, i_g, i_cp * 8 + 6], T.uint32(0)) << T.uint32(12)) | (T.if_then_else(i_cp * 8 + 7 < N_c, q_codes[i_t, i_g, i_cp * 8 + 7], T.uint32(0)) << T.uint32(0)), "int32")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
 
@@ -1067,43 +1127,47 @@ def build_e5m6_fp32_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    B_c_p = T.ceildiv(B_c, 8)
+    if not (((N_c % 8) == 0)):
+        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            q_codes = T.alloc_shared((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(65024.0))
+                inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.Parallel(B_t, B_g, T.ceildiv(B_c, 8)):
-                if ((b_t * B_t + i_t) < N_t) & (i_cp * 8 < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 0] = T.reinterpret((T.if_then_else(i_cp * 8 + 0 < N_c, q_codes[i_t, i_g, i_cp * 8 + 0], T.uint32(0)) << T.uint32(20)) | (T.if_then_else(i_cp * 8 + 1 < N_c, q_codes[i_t, i_g, i_cp * 8 + 1], T.uint32(0)) << T.uint32(8)) | ((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) >> T.uint32(4)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 1] = T.reinterpret(((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else(i_cp * 8 + 3 < N_c, q_codes[i_t, i_g, i_cp * 8 + 3], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_cp * 8 + 4 < N_c, q_codes[i_t, i_g, i_cp * 8 + 4], T.uint32(0)) << T.uint32(4)) | ((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) >> T.uint32(8)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 2] = T.reinterpret(((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else(i_cp * 8 + 6 < N_c, q_codes[i_t, i_g, i_cp * 8 + 6], T.uint32(0)) << T.uint32(12)) | (T.if_then_else(i_cp * 8 + 7 < N_c, q_codes[i_t, i_g, i_cp * 8 + 7], T.uint32(0)) << T.uint32(0)), "int32")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
 
@@ -1113,43 +1177,47 @@ def build_e5m6_pow2_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    B_c_p = T.ceildiv(B_c, 8)
+    if not (((N_c % 8) == 0)):
+        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            q_codes = T.alloc_shared((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.Parallel(B_t, B_g, T.ceildiv(B_c, 8)):
-                if ((b_t * B_t + i_t) < N_t) & (i_cp * 8 < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 0] = T.reinterpret((T.if_then_else(i_cp * 8 + 0 < N_c, q_codes[i_t, i_g, i_cp * 8 + 0], T.uint32(0)) << T.uint32(20)) | (T.if_then_else(i_cp * 8 + 1 < N_c, q_codes[i_t, i_g, i_cp * 8 + 1], T.uint32(0)) << T.uint32(8)) | ((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) >> T.uint32(4)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 1] = T.reinterpret(((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else(i_cp * 8 + 3 < N_c, q_codes[i_t, i_g, i_cp * 8 + 3], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_cp * 8 + 4 < N_c, q_codes[i_t, i_g, i_cp * 8 + 4], T.uint32(0)) << T.uint32(4)) | ((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) >> T.uint32(8)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 2] = T.reinterpret(((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else(i_cp * 8 + 6 < N_c, q_codes[i_t, i_g, i_cp * 8 + 6], T.uint32(0)) << T.uint32(12)) | (T.if_then_else(i_cp * 8 + 7 < N_c, q_codes[i_t, i_g, i_cp * 8 + 7], T.uint32(0)) << T.uint32(0)), "int32")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
 
@@ -1159,43 +1227,47 @@ def build_e5m6_pow2_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    B_c_p = T.ceildiv(B_c, 8)
+    if not (((N_c % 8) == 0)):
+        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 4) * 4), 'float32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            q_codes = T.alloc_shared((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.Parallel(B_t, B_g, T.ceildiv(B_c, 8)):
-                if ((b_t * B_t + i_t) < N_t) & (i_cp * 8 < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 0] = T.reinterpret((T.if_then_else(i_cp * 8 + 0 < N_c, q_codes[i_t, i_g, i_cp * 8 + 0], T.uint32(0)) << T.uint32(20)) | (T.if_then_else(i_cp * 8 + 1 < N_c, q_codes[i_t, i_g, i_cp * 8 + 1], T.uint32(0)) << T.uint32(8)) | ((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) >> T.uint32(4)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 1] = T.reinterpret(((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else(i_cp * 8 + 3 < N_c, q_codes[i_t, i_g, i_cp * 8 + 3], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_cp * 8 + 4 < N_c, q_codes[i_t, i_g, i_cp * 8 + 4], T.uint32(0)) << T.uint32(4)) | ((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) >> T.uint32(8)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 2] = T.reinterpret(((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else(i_cp * 8 + 6 < N_c, q_codes[i_t, i_g, i_cp * 8 + 6], T.uint32(0)) << T.uint32(12)) | (T.if_then_else(i_cp * 8 + 7 < N_c, q_codes[i_t, i_g, i_cp * 8 + 7], T.uint32(0)) << T.uint32(0)), "int32")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
 
@@ -1205,47 +1277,55 @@ def build_e5m6_ue8m0_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
+    N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
+    B_c_p = T.ceildiv(B_c, 8)
+    if not (((N_c % 8) == 0)):
+        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            q_codes = T.alloc_shared((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.Parallel(B_t, B_g, T.ceildiv(B_c, 8)):
-                if ((b_t * B_t + i_t) < N_t) & (i_cp * 8 < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 0] = T.reinterpret((T.if_then_else(i_cp * 8 + 0 < N_c, q_codes[i_t, i_g, i_cp * 8 + 0], T.uint32(0)) << T.uint32(20)) | (T.if_then_else(i_cp * 8 + 1 < N_c, q_codes[i_t, i_g, i_cp * 8 + 1], T.uint32(0)) << T.uint32(8)) | ((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) >> T.uint32(4)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 1] = T.reinterpret(((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else(i_cp * 8 + 3 < N_c, q_codes[i_t, i_g, i_cp * 8 + 3], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_cp * 8 + 4 < N_c, q_codes[i_t, i_g, i_cp * 8 + 4], T.uint32(0)) << T.uint32(4)) | ((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) >> T.uint32(8)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 2] = T.reinterpret(((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else(i_cp * 8 + 6 < N_c, q_codes[i_t, i_g, i_cp * 8 + 6], T.uint32(0)) << T.uint32(12)) | (T.if_then_else(i_cp * 8 + 7 < N_c, q_codes[i_t, i_g, i_cp * 8 + 7], T.uint32(0)) << T.uint32(0)), "int32")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
 
@@ -1255,47 +1335,55 @@ def build_e5m6_ue8m0_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
+    N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
+    B_c_p = T.ceildiv(B_c, 8)
+    if not (((N_c % 8) == 0)):
+        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
-        sf: T.Tensor((T.ceildiv((H // group), 4), T.ceildiv(T_, 4) * 4), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
+        sf: T.Tensor((T.ceildiv((H // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            q_codes = T.alloc_shared((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[b_g * T.ceildiv(B_g, 4) + i_gp, (b_t * B_t + i_t)] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_g * B_g_p + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.Parallel(B_t, B_g, T.ceildiv(B_c, 8)):
-                if ((b_t * B_t + i_t) < N_t) & (i_cp * 8 < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 0] = T.reinterpret((T.if_then_else(i_cp * 8 + 0 < N_c, q_codes[i_t, i_g, i_cp * 8 + 0], T.uint32(0)) << T.uint32(20)) | (T.if_then_else(i_cp * 8 + 1 < N_c, q_codes[i_t, i_g, i_cp * 8 + 1], T.uint32(0)) << T.uint32(8)) | ((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) >> T.uint32(4)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 1] = T.reinterpret(((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else(i_cp * 8 + 3 < N_c, q_codes[i_t, i_g, i_cp * 8 + 3], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_cp * 8 + 4 < N_c, q_codes[i_t, i_g, i_cp * 8 + 4], T.uint32(0)) << T.uint32(4)) | ((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) >> T.uint32(8)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 2] = T.reinterpret(((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else(i_cp * 8 + 6 < N_c, q_codes[i_t, i_g, i_cp * 8 + 6], T.uint32(0)) << T.uint32(12)) | (T.if_then_else(i_cp * 8 + 7 < N_c, q_codes[i_t, i_g, i_cp * 8 + 7], T.uint32(0)) << T.uint32(0)), "int32")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
 
@@ -1305,43 +1393,47 @@ def build_e5m6_ue8m0_byte_row(H, group, x_dtype, *, threads=128, block_t=4, tile
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    B_c_p = T.ceildiv(B_c, 8)
+    if not (((N_c % 8) == 0)):
+        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
         sf: T.Tensor((T_, (H // group)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            q_codes = T.alloc_shared((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.Parallel(B_t, B_g, T.ceildiv(B_c, 8)):
-                if ((b_t * B_t + i_t) < N_t) & (i_cp * 8 < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 0] = T.reinterpret((T.if_then_else(i_cp * 8 + 0 < N_c, q_codes[i_t, i_g, i_cp * 8 + 0], T.uint32(0)) << T.uint32(20)) | (T.if_then_else(i_cp * 8 + 1 < N_c, q_codes[i_t, i_g, i_cp * 8 + 1], T.uint32(0)) << T.uint32(8)) | ((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) >> T.uint32(4)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 1] = T.reinterpret(((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else(i_cp * 8 + 3 < N_c, q_codes[i_t, i_g, i_cp * 8 + 3], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_cp * 8 + 4 < N_c, q_codes[i_t, i_g, i_cp * 8 + 4], T.uint32(0)) << T.uint32(4)) | ((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) >> T.uint32(8)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 2] = T.reinterpret(((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else(i_cp * 8 + 6 < N_c, q_codes[i_t, i_g, i_cp * 8 + 6], T.uint32(0)) << T.uint32(12)) | (T.if_then_else(i_cp * 8 + 7 < N_c, q_codes[i_t, i_g, i_cp * 8 + 7], T.uint32(0)) << T.uint32(0)), "int32")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
 
@@ -1351,42 +1443,46 @@ def build_e5m6_ue8m0_byte_col(H, group, x_dtype, *, threads=128, block_t=4, tile
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
-    if not (N_c % 8 == 0):
-        raise ValueError("q: 8 codes share a word, so they must not straddle axis c")
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    B_c_p = T.ceildiv(B_c, 8)
+    if not (((N_c % 8) == 0)):
+        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 8) * 3), 'int32'),
-        sf: T.Tensor(((H // group), T.ceildiv(T_, 16) * 16), 'uint8'),
+        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
+        sf: T.Tensor(((H // group), (T.ceildiv(T_, 16) * 16)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            q_codes = T.alloc_shared((B_t, B_g, B_c), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_codes[i_t, i_g, i_c] = encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-            for i_t, i_g, i_cp in T.Parallel(B_t, B_g, T.ceildiv(B_c, 8)):
-                if ((b_t * B_t + i_t) < N_t) & (i_cp * 8 < N_c):
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 0] = T.reinterpret((T.if_then_else(i_cp * 8 + 0 < N_c, q_codes[i_t, i_g, i_cp * 8 + 0], T.uint32(0)) << T.uint32(20)) | (T.if_then_else(i_cp * 8 + 1 < N_c, q_codes[i_t, i_g, i_cp * 8 + 1], T.uint32(0)) << T.uint32(8)) | ((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) >> T.uint32(4)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 1] = T.reinterpret(((T.if_then_else(i_cp * 8 + 2 < N_c, q_codes[i_t, i_g, i_cp * 8 + 2], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else(i_cp * 8 + 3 < N_c, q_codes[i_t, i_g, i_cp * 8 + 3], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_cp * 8 + 4 < N_c, q_codes[i_t, i_g, i_cp * 8 + 4], T.uint32(0)) << T.uint32(4)) | ((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) >> T.uint32(8)) << T.uint32(0)), "int32")
-                    q[(b_t * B_t + i_t), ((b_g * B_g + i_g) * T.ceildiv(N_c, 8) + i_cp) * 3 + 2] = T.reinterpret(((T.if_then_else(i_cp * 8 + 5 < N_c, q_codes[i_t, i_g, i_cp * 8 + 5], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else(i_cp * 8 + 6 < N_c, q_codes[i_t, i_g, i_cp * 8 + 6], T.uint32(0)) << T.uint32(12)) | (T.if_then_else(i_cp * 8 + 7 < N_c, q_codes[i_t, i_g, i_cp * 8 + 7], T.uint32(0)) << T.uint32(0)), "int32")
+                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel

@@ -2,8 +2,8 @@
 # Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `per_token_cast`: the oracle its kernels are tested against, one function per variant.
 
-It computes on whole tensors, in float32, with the same operations in the same order as the kernels,
-and encodes outputs through the same generated software codecs.
+It runs the statements of the kernels on whole tensors, in float32, with the same operations in the same
+order, and encodes outputs through the same generated software codecs.
 """
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_e2m1, encode_e4m3, encode_e5m2, encode_e5m6
@@ -18,13 +18,17 @@ def reference_e4m3_fp32_row(x, group, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group))
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf
 
 
 def reference_e4m3_fp32_col(x, group, _given=None):
@@ -36,13 +40,17 @@ def reference_e4m3_fp32_col(x, group, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros(((H // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = (amax / _f32(448.0))
-        inv = (_f32(448.0) / amax)
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _col_major(sf.reshape(T_, (H // group)), 4)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf[:, :T_].T
 
 
 def reference_e4m3_pow2_row(x, group, _given=None):
@@ -54,13 +62,17 @@ def reference_e4m3_pow2_row(x, group, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), sf.reshape(T_, (H // group))
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf
 
 
 def reference_e4m3_pow2_col(x, group, _given=None):
@@ -72,13 +84,17 @@ def reference_e4m3_pow2_col(x, group, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros(((H // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _col_major(sf.reshape(T_, (H // group)), 4)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf[:, :T_].T
 
 
 def reference_e4m3_ue8m0_row(x, group, _given=None):
@@ -87,16 +103,22 @@ def reference_e4m3_ue8m0_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf
 
 
 def reference_e4m3_ue8m0_col(x, group, _given=None):
@@ -105,16 +127,22 @@ def reference_e4m3_ue8m0_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros(((-(-(H // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _col_major(_pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_g_p, 1, 2, _dev), _ix(N_t, 0, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf[:, :T_].T
 
 
 def reference_e4m3_ue8m0_byte_row(x, group, _given=None):
@@ -126,13 +154,17 @@ def reference_e4m3_ue8m0_byte_row(x, group, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.uint8, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _exponent_byte(sf.reshape(T_, (H // group))).to(torch.uint8)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf
 
 
 def reference_e4m3_ue8m0_byte_col(x, group, _given=None):
@@ -144,13 +176,17 @@ def reference_e4m3_ue8m0_byte_col(x, group, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        _s_sf = torch.zeros(((H // group), ((-(-T_ // 16)) * 16)), dtype=torch.uint8, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H), _col_major(_exponent_byte(sf.reshape(T_, (H // group))).to(torch.uint8), 16)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q, _s_sf[:, :T_].T
 
 
 def reference_e5m2_fp32_row(x, group, _given=None):
@@ -162,13 +198,17 @@ def reference_e5m2_fp32_row(x, group, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e5m2, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = (amax / _f32(57344.0))
-        inv = (_f32(57344.0) / amax)
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e5m2(q), torch.uint8, torch.float8_e5m2).reshape(T_, H), sf.reshape(T_, (H // group))
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(57344.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit((_f32(57344.0) / amax), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e5m2(q_tile), torch.uint8, torch.float8_e5m2), None, False)
+        return _s_q, _s_sf
 
 
 def reference_e5m2_fp32_col(x, group, _given=None):
@@ -180,13 +220,17 @@ def reference_e5m2_fp32_col(x, group, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e5m2, device=_dev)
+        _s_sf = torch.zeros(((H // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = (amax / _f32(57344.0))
-        inv = (_f32(57344.0) / amax)
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e5m2(q), torch.uint8, torch.float8_e5m2).reshape(T_, H), _col_major(sf.reshape(T_, (H // group)), 4)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(57344.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit((_f32(57344.0) / amax), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e5m2(q_tile), torch.uint8, torch.float8_e5m2), None, False)
+        return _s_q, _s_sf[:, :T_].T
 
 
 def reference_e5m2_pow2_row(x, group, _given=None):
@@ -198,13 +242,17 @@ def reference_e5m2_pow2_row(x, group, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e5m2, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e5m2(q), torch.uint8, torch.float8_e5m2).reshape(T_, H), sf.reshape(T_, (H // group))
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e5m2(q_tile), torch.uint8, torch.float8_e5m2), None, False)
+        return _s_q, _s_sf
 
 
 def reference_e5m2_pow2_col(x, group, _given=None):
@@ -216,13 +264,17 @@ def reference_e5m2_pow2_col(x, group, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e5m2, device=_dev)
+        _s_sf = torch.zeros(((H // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e5m2(q), torch.uint8, torch.float8_e5m2).reshape(T_, H), _col_major(sf.reshape(T_, (H // group)), 4)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e5m2(q_tile), torch.uint8, torch.float8_e5m2), None, False)
+        return _s_q, _s_sf[:, :T_].T
 
 
 def reference_e5m2_ue8m0_row(x, group, _given=None):
@@ -231,16 +283,22 @@ def reference_e5m2_ue8m0_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e5m2, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e5m2(q), torch.uint8, torch.float8_e5m2).reshape(T_, H), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e5m2(q_tile), torch.uint8, torch.float8_e5m2), None, False)
+        return _s_q, _s_sf
 
 
 def reference_e5m2_ue8m0_col(x, group, _given=None):
@@ -249,16 +307,22 @@ def reference_e5m2_ue8m0_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e5m2, device=_dev)
+        _s_sf = torch.zeros(((-(-(H // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e5m2(q), torch.uint8, torch.float8_e5m2).reshape(T_, H), _col_major(_pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_g_p, 1, 2, _dev), _ix(N_t, 0, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e5m2(q_tile), torch.uint8, torch.float8_e5m2), None, False)
+        return _s_q, _s_sf[:, :T_].T
 
 
 def reference_e5m2_ue8m0_byte_row(x, group, _given=None):
@@ -270,13 +334,17 @@ def reference_e5m2_ue8m0_byte_row(x, group, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e5m2, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.uint8, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e5m2(q), torch.uint8, torch.float8_e5m2).reshape(T_, H), _exponent_byte(sf.reshape(T_, (H // group))).to(torch.uint8)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e5m2(q_tile), torch.uint8, torch.float8_e5m2), None, False)
+        return _s_q, _s_sf
 
 
 def reference_e5m2_ue8m0_byte_col(x, group, _given=None):
@@ -288,13 +356,17 @@ def reference_e5m2_ue8m0_byte_col(x, group, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e5m2, device=_dev)
+        _s_sf = torch.zeros(((H // group), ((-(-T_ // 16)) * 16)), dtype=torch.uint8, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e5m2(q), torch.uint8, torch.float8_e5m2).reshape(T_, H), _col_major(_exponent_byte(sf.reshape(T_, (H // group))).to(torch.uint8), 16)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e5m2(q_tile), torch.uint8, torch.float8_e5m2), None, False)
+        return _s_q, _s_sf[:, :T_].T
 
 
 def reference_e2m1_fp32_row(x, group, _given=None):
@@ -303,16 +375,22 @@ def reference_e2m1_fp32_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = (-(-N_c // 2))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, (-(-H // 2))), dtype=torch.uint8, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
-        sf = (amax / _f32(6.0))
-        inv = (_f32(6.0) / amax)
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e2m1(q).reshape(T_, H), (2, 4, 1, 'uint8', 'lsb_first'), torch.int8), sf.reshape(T_, (H // group))
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(6.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit((_f32(6.0) / amax), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e2m1(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev))), _codes_as((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) < N_c)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1) < N_c)) << 4) & 0xFFFFFFFF)), torch.uint8, torch.uint8), None, False)
+        return _s_q.view(torch.int8), _s_sf
 
 
 def reference_e2m1_fp32_col(x, group, _given=None):
@@ -321,16 +399,22 @@ def reference_e2m1_fp32_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = (-(-N_c // 2))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, (-(-H // 2))), dtype=torch.uint8, device=_dev)
+        _s_sf = torch.zeros(((H // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
-        sf = (amax / _f32(6.0))
-        inv = (_f32(6.0) / amax)
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e2m1(q).reshape(T_, H), (2, 4, 1, 'uint8', 'lsb_first'), torch.int8), _col_major(sf.reshape(T_, (H // group)), 4)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(6.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit((_f32(6.0) / amax), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e2m1(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev))), _codes_as((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) < N_c)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1) < N_c)) << 4) & 0xFFFFFFFF)), torch.uint8, torch.uint8), None, False)
+        return _s_q.view(torch.int8), _s_sf[:, :T_].T
 
 
 def reference_e2m1_pow2_row(x, group, _given=None):
@@ -339,16 +423,22 @@ def reference_e2m1_pow2_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = (-(-N_c // 2))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, (-(-H // 2))), dtype=torch.uint8, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
-        sf = _from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e2m1(q).reshape(T_, H), (2, 4, 1, 'uint8', 'lsb_first'), torch.int8), sf.reshape(T_, (H // group))
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e2m1(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev))), _codes_as((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) < N_c)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1) < N_c)) << 4) & 0xFFFFFFFF)), torch.uint8, torch.uint8), None, False)
+        return _s_q.view(torch.int8), _s_sf
 
 
 def reference_e2m1_pow2_col(x, group, _given=None):
@@ -357,16 +447,22 @@ def reference_e2m1_pow2_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = (-(-N_c // 2))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, (-(-H // 2))), dtype=torch.uint8, device=_dev)
+        _s_sf = torch.zeros(((H // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
-        sf = _from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e2m1(q).reshape(T_, H), (2, 4, 1, 'uint8', 'lsb_first'), torch.int8), _col_major(sf.reshape(T_, (H // group)), 4)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e2m1(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev))), _codes_as((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) < N_c)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1) < N_c)) << 4) & 0xFFFFFFFF)), torch.uint8, torch.uint8), None, False)
+        return _s_q.view(torch.int8), _s_sf[:, :T_].T
 
 
 def reference_e2m1_ue8m0_row(x, group, _given=None):
@@ -375,16 +471,24 @@ def reference_e2m1_ue8m0_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = (-(-N_g // 4))
+    N_c_p = (-(-N_c // 2))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, (-(-H // 2))), dtype=torch.uint8, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
-        sf = _from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e2m1(q).reshape(T_, H), (2, 4, 1, 'uint8', 'lsb_first'), torch.int8), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e2m1(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev))), _codes_as((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) < N_c)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1) < N_c)) << 4) & 0xFFFFFFFF)), torch.uint8, torch.uint8), None, False)
+        return _s_q.view(torch.int8), _s_sf
 
 
 def reference_e2m1_ue8m0_col(x, group, _given=None):
@@ -393,16 +497,24 @@ def reference_e2m1_ue8m0_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = (-(-N_g // 4))
+    N_c_p = (-(-N_c // 2))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, (-(-H // 2))), dtype=torch.uint8, device=_dev)
+        _s_sf = torch.zeros(((-(-(H // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
-        sf = _from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e2m1(q).reshape(T_, H), (2, 4, 1, 'uint8', 'lsb_first'), torch.int8), _col_major(_pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_g_p, 1, 2, _dev), _ix(N_t, 0, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e2m1(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev))), _codes_as((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) < N_c)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1) < N_c)) << 4) & 0xFFFFFFFF)), torch.uint8, torch.uint8), None, False)
+        return _s_q.view(torch.int8), _s_sf[:, :T_].T
 
 
 def reference_e2m1_ue8m0_byte_row(x, group, _given=None):
@@ -411,16 +523,22 @@ def reference_e2m1_ue8m0_byte_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = (-(-N_c // 2))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, (-(-H // 2))), dtype=torch.uint8, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.uint8, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
-        sf = _from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e2m1(q).reshape(T_, H), (2, 4, 1, 'uint8', 'lsb_first'), torch.int8), _exponent_byte(sf.reshape(T_, (H // group))).to(torch.uint8)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e2m1(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev))), _codes_as((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) < N_c)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1) < N_c)) << 4) & 0xFFFFFFFF)), torch.uint8, torch.uint8), None, False)
+        return _s_q.view(torch.int8), _s_sf
 
 
 def reference_e2m1_ue8m0_byte_col(x, group, _given=None):
@@ -429,16 +547,22 @@ def reference_e2m1_ue8m0_byte_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = (-(-N_c // 2))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, (-(-H // 2))), dtype=torch.uint8, device=_dev)
+        _s_sf = torch.zeros(((H // group), ((-(-T_ // 16)) * 16)), dtype=torch.uint8, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38)))
-        sf = _from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e2m1(q).reshape(T_, H), (2, 4, 1, 'uint8', 'lsb_first'), torch.int8), _col_major(_exponent_byte(sf.reshape(T_, (H // group))).to(torch.uint8), 16)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e2m1(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev))), _codes_as((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) < N_c)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1) < N_c)) << 4) & 0xFFFFFFFF)), torch.uint8, torch.uint8), None, False)
+        return _s_q.view(torch.int8), _s_sf[:, :T_].T
 
 
 def reference_e5m6_fp32_row(x, group, _given=None):
@@ -447,16 +571,24 @@ def reference_e5m6_fp32_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = (-(-N_c // 8))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, ((-(-H // 8)) * 3)), dtype=torch.int32, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = (amax / _f32(65024.0))
-        inv = (_f32(65024.0) / amax)
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e5m6(q).reshape(T_, H), (8, 12, 3, 'int32', 'msb_first'), torch.uint8), sf.reshape(T_, (H // group))
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(65024.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit((_f32(65024.0) / amax), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e5m6(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)), _t(((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) < N_c)) << 20) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1) < N_c)) << 8) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) >> 4))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 1)), _t(((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) & 15) << 28) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3) < N_c)) << 16) & 0xFFFFFFFF)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4) < N_c)) << 4) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) >> 8))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 2)), _t((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) & 255) << 24) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6) < N_c)) << 12) & 0xFFFFFFFF)) | _take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7) < N_c)))).to(torch.int32), None, False)
+        return _s_q.view(torch.uint8), _s_sf
 
 
 def reference_e5m6_fp32_col(x, group, _given=None):
@@ -465,16 +597,24 @@ def reference_e5m6_fp32_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = (-(-N_c // 8))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, ((-(-H // 8)) * 3)), dtype=torch.int32, device=_dev)
+        _s_sf = torch.zeros(((H // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = (amax / _f32(65024.0))
-        inv = (_f32(65024.0) / amax)
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e5m6(q).reshape(T_, H), (8, 12, 3, 'int32', 'msb_first'), torch.uint8), _col_major(sf.reshape(T_, (H // group)), 4)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit((amax / _f32(65024.0)), (N_t, N_g))
+        _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit((_f32(65024.0) / amax), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e5m6(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)), _t(((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) < N_c)) << 20) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1) < N_c)) << 8) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) >> 4))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 1)), _t(((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) & 15) << 28) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3) < N_c)) << 16) & 0xFFFFFFFF)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4) < N_c)) << 4) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) >> 8))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 2)), _t((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) & 255) << 24) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6) < N_c)) << 12) & 0xFFFFFFFF)) | _take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7) < N_c)))).to(torch.int32), None, False)
+        return _s_q.view(torch.uint8), _s_sf[:, :T_].T
 
 
 def reference_e5m6_pow2_row(x, group, _given=None):
@@ -483,16 +623,24 @@ def reference_e5m6_pow2_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = (-(-N_c // 8))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, ((-(-H // 8)) * 3)), dtype=torch.int32, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e5m6(q).reshape(T_, H), (8, 12, 3, 'int32', 'msb_first'), torch.uint8), sf.reshape(T_, (H // group))
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e5m6(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)), _t(((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) < N_c)) << 20) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1) < N_c)) << 8) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) >> 4))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 1)), _t(((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) & 15) << 28) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3) < N_c)) << 16) & 0xFFFFFFFF)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4) < N_c)) << 4) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) >> 8))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 2)), _t((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) & 255) << 24) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6) < N_c)) << 12) & 0xFFFFFFFF)) | _take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7) < N_c)))).to(torch.int32), None, False)
+        return _s_q.view(torch.uint8), _s_sf
 
 
 def reference_e5m6_pow2_col(x, group, _given=None):
@@ -501,16 +649,24 @@ def reference_e5m6_pow2_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = (-(-N_c // 8))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, ((-(-H // 8)) * 3)), dtype=torch.int32, device=_dev)
+        _s_sf = torch.zeros(((H // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e5m6(q).reshape(T_, H), (8, 12, 3, 'int32', 'msb_first'), torch.uint8), _col_major(sf.reshape(T_, (H // group)), 4)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), sf_tile, None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e5m6(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)), _t(((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) < N_c)) << 20) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1) < N_c)) << 8) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) >> 4))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 1)), _t(((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) & 15) << 28) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3) < N_c)) << 16) & 0xFFFFFFFF)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4) < N_c)) << 4) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) >> 8))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 2)), _t((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) & 255) << 24) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6) < N_c)) << 12) & 0xFFFFFFFF)) | _take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7) < N_c)))).to(torch.int32), None, False)
+        return _s_q.view(torch.uint8), _s_sf[:, :T_].T
 
 
 def reference_e5m6_ue8m0_row(x, group, _given=None):
@@ -519,16 +675,26 @@ def reference_e5m6_ue8m0_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = (-(-N_g // 4))
+    N_c_p = (-(-N_c // 8))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, ((-(-H // 8)) * 3)), dtype=torch.int32, device=_dev)
+        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e5m6(q).reshape(T_, H), (8, 12, 3, 'int32', 'msb_first'), torch.uint8), _pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e5m6(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)), _t(((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) < N_c)) << 20) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1) < N_c)) << 8) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) >> 4))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 1)), _t(((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) & 15) << 28) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3) < N_c)) << 16) & 0xFFFFFFFF)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4) < N_c)) << 4) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) >> 8))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 2)), _t((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) & 255) << 24) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6) < N_c)) << 12) & 0xFFFFFFFF)) | _take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7) < N_c)))).to(torch.int32), None, False)
+        return _s_q.view(torch.uint8), _s_sf
 
 
 def reference_e5m6_ue8m0_col(x, group, _given=None):
@@ -537,16 +703,26 @@ def reference_e5m6_ue8m0_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = (-(-N_g // 4))
+    N_c_p = (-(-N_c // 8))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, ((-(-H // 8)) * 3)), dtype=torch.int32, device=_dev)
+        _s_sf = torch.zeros(((-(-(H // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e5m6(q).reshape(T_, H), (8, 12, 3, 'int32', 'msb_first'), torch.uint8), _col_major(_pack_codes(_exponent_byte(sf.reshape(T_, (H // group))), (4, 8, 1, 'int32', 'lsb_first'), torch.int32), 4)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        _scatter(_s_sf, (_ix(N_g_p, 1, 2, _dev), _ix(N_t, 0, 2, _dev)), _t((((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)), (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF)) | ((_take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)), (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e5m6(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)), _t(((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) < N_c)) << 20) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1) < N_c)) << 8) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) >> 4))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 1)), _t(((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) & 15) << 28) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3) < N_c)) << 16) & 0xFFFFFFFF)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4) < N_c)) << 4) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) >> 8))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 2)), _t((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) & 255) << 24) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6) < N_c)) << 12) & 0xFFFFFFFF)) | _take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7) < N_c)))).to(torch.int32), None, False)
+        return _s_q.view(torch.uint8), _s_sf[:, :T_].T
 
 
 def reference_e5m6_ue8m0_byte_row(x, group, _given=None):
@@ -555,16 +731,24 @@ def reference_e5m6_ue8m0_byte_row(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = (-(-N_c // 8))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, ((-(-H // 8)) * 3)), dtype=torch.int32, device=_dev)
+        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.uint8, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e5m6(q).reshape(T_, H), (8, 12, 3, 'int32', 'msb_first'), torch.uint8), _exponent_byte(sf.reshape(T_, (H // group))).to(torch.uint8)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e5m6(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)), _t(((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) < N_c)) << 20) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1) < N_c)) << 8) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) >> 4))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 1)), _t(((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) & 15) << 28) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3) < N_c)) << 16) & 0xFFFFFFFF)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4) < N_c)) << 4) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) >> 8))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 2)), _t((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) & 255) << 24) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6) < N_c)) << 12) & 0xFFFFFFFF)) | _take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7) < N_c)))).to(torch.int32), None, False)
+        return _s_q.view(torch.uint8), _s_sf
 
 
 def reference_e5m6_ue8m0_byte_col(x, group, _given=None):
@@ -573,16 +757,24 @@ def reference_e5m6_ue8m0_byte_col(x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = (-(-N_c // 8))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
+        _s_q = torch.zeros((T_, ((-(-H // 8)) * 3)), dtype=torch.int32, device=_dev)
+        _s_sf = torch.zeros(((H // group), ((-(-T_ // 16)) * 16)), dtype=torch.uint8, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05)))
-        sf = _from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        inv = _from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF))
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e5m6(q).reshape(T_, H), (8, 12, 3, 'int32', 'msb_first'), torch.uint8), _col_major(_exponent_byte(sf.reshape(T_, (H // group))).to(torch.uint8), 16)
+        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        sf_tile = _fit(_from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
+        inv = _fit(_from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e5m6(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)), _t(((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) < N_c)) << 20) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1) < N_c)) << 8) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) >> 4))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 1)), _t(((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) & 15) << 28) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3) < N_c)) << 16) & 0xFFFFFFFF)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4) < N_c)) << 4) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) >> 8))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 2)), _t((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) & 255) << 24) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6) < N_c)) << 12) & 0xFFFFFFFF)) | _take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7) < N_c)))).to(torch.int32), None, False)
+        return _s_q.view(torch.uint8), _s_sf[:, :T_].T
 
 
 VARIANTS = {

@@ -8,8 +8,8 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
-from ...common.tilelang_helpers import decode_bf16, encode_bf16, round_e2m1, round_e4m3, round_e5m2, round_e5m6
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from ...common.tilelang_helpers import decode_bf16, decode_e2m1, decode_e4m3, decode_e5m2, decode_e5m6, encode_bf16, encode_e2m1, encode_e4m3, encode_e5m2, encode_e5m6
 
 TARGET = 'c'
 PASS_CONFIGS = {'tirx.disable_vectorize': True}
@@ -25,7 +25,7 @@ def build_e4m3_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -33,26 +33,26 @@ def build_e4m3_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            r = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            r = T.alloc_local((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(448.0))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
+                r[i_t, i_g, i_c] = decode_e4m3(T.cast(T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -66,7 +66,7 @@ def build_e4m3_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -74,26 +74,26 @@ def build_e4m3_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            r = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            r = T.alloc_local((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(448.0))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                r[i_t, i_g, i_c] = decode_e4m3(T.cast(T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 
@@ -107,7 +107,7 @@ def build_e4m3_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -115,26 +115,26 @@ def build_e4m3_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            r = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            r = T.alloc_local((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
+                r[i_t, i_g, i_c] = decode_e4m3(T.cast(T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -148,7 +148,7 @@ def build_e4m3_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -156,26 +156,26 @@ def build_e4m3_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            r = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            r = T.alloc_local((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                r[i_t, i_g, i_c] = decode_e4m3(T.cast(T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 
@@ -189,7 +189,7 @@ def build_e5m2_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -197,26 +197,26 @@ def build_e5m2_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            r = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            r = T.alloc_local((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(57344.0))
                 inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
+                r[i_t, i_g, i_c] = decode_e5m2(T.cast(T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -230,7 +230,7 @@ def build_e5m2_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -238,26 +238,26 @@ def build_e5m2_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            r = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            r = T.alloc_local((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(57344.0))
                 inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                r[i_t, i_g, i_c] = decode_e5m2(T.cast(T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 
@@ -271,7 +271,7 @@ def build_e5m2_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -279,26 +279,26 @@ def build_e5m2_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            r = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            r = T.alloc_local((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
+                r[i_t, i_g, i_c] = decode_e5m2(T.cast(T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -312,7 +312,7 @@ def build_e5m2_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -320,26 +320,26 @@ def build_e5m2_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            r = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            r = T.alloc_local((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                r[i_t, i_g, i_c] = decode_e5m2(T.cast(T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 
@@ -353,7 +353,7 @@ def build_e2m1_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -361,26 +361,26 @@ def build_e2m1_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            r = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            r = T.alloc_local((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(6.0))
                 inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
+                r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -394,7 +394,7 @@ def build_e2m1_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -402,26 +402,26 @@ def build_e2m1_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            r = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            r = T.alloc_local((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(6.0))
                 inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 
@@ -435,7 +435,7 @@ def build_e2m1_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -443,26 +443,26 @@ def build_e2m1_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            r = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            r = T.alloc_local((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
+                r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -476,7 +476,7 @@ def build_e2m1_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -484,26 +484,26 @@ def build_e2m1_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            r = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            r = T.alloc_local((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 
@@ -517,7 +517,7 @@ def build_e5m6_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -525,26 +525,26 @@ def build_e5m6_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            r = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            r = T.alloc_local((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(65024.0))
                 inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
+                r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -558,7 +558,7 @@ def build_e5m6_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -566,26 +566,26 @@ def build_e5m6_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            r = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            r = T.alloc_local((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(65024.0))
                 inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 
@@ -599,7 +599,7 @@ def build_e5m6_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -607,26 +607,26 @@ def build_e5m6_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            r = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            r = T.alloc_local((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
+                r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
 
     return kernel
 
@@ -640,7 +640,7 @@ def build_e5m6_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -648,25 +648,25 @@ def build_e5m6_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf = T.alloc_local((B_t, B_g), "float32")
-            inv = T.alloc_local((B_t, B_g), "float32")
-            r = T.alloc_local((B_t, B_g, B_c), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf = T.alloc_local((B_t, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_g), 'float32')
+            r = T.alloc_local((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if (b_t * B_t + i_t) < N_t:
-                    y[(b_t * B_t + i_t), (i_g * N_c + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if ((b_t * B_t + i_t) < N_t):
+                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel

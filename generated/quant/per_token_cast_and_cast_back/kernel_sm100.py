@@ -8,8 +8,8 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
-from ...common.tilelang_helpers import round_e2m1, round_e4m3, round_e5m2, round_e5m6
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from ...common.tilelang_helpers import decode_e2m1, decode_e5m6, encode_e2m1, encode_e5m6
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
@@ -23,9 +23,9 @@ def build_e4m3_fp32_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -35,23 +35,23 @@ def build_e4m3_fp32_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            r = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(448.0))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
+                r[i_t, i_g, i_c] = T.cast(T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn"), "float32")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -63,9 +63,9 @@ def build_e4m3_fp32_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -75,23 +75,23 @@ def build_e4m3_fp32_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            r = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(448.0))
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                r[i_t, i_g, i_c] = T.cast(T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn"), "float32")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 
@@ -103,9 +103,9 @@ def build_e4m3_pow2_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -115,23 +115,23 @@ def build_e4m3_pow2_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            r = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
+                r[i_t, i_g, i_c] = T.cast(T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn"), "float32")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -143,9 +143,9 @@ def build_e4m3_pow2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -155,23 +155,23 @@ def build_e4m3_pow2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            r = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                r[i_t, i_g, i_c] = T.cast(T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn"), "float32")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 
@@ -183,9 +183,9 @@ def build_e5m2_fp32_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -195,23 +195,23 @@ def build_e5m2_fp32_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            r = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(57344.0))
                 inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
+                r[i_t, i_g, i_c] = T.cast(T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2"), "float32")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -223,9 +223,9 @@ def build_e5m2_fp32_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -235,23 +235,23 @@ def build_e5m2_fp32_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            r = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(57344.0))
                 inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                r[i_t, i_g, i_c] = T.cast(T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2"), "float32")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 
@@ -263,9 +263,9 @@ def build_e5m2_pow2_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -275,23 +275,23 @@ def build_e5m2_pow2_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            r = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
+                r[i_t, i_g, i_c] = T.cast(T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2"), "float32")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -303,9 +303,9 @@ def build_e5m2_pow2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -315,23 +315,23 @@ def build_e5m2_pow2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            r = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                r[i_t, i_g, i_c] = T.cast(T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2"), "float32")
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 
@@ -343,9 +343,9 @@ def build_e2m1_fp32_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -355,23 +355,23 @@ def build_e2m1_fp32_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            r = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(6.0))
                 inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
+                r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -383,9 +383,9 @@ def build_e2m1_fp32_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -395,23 +395,23 @@ def build_e2m1_fp32_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            r = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(6.0))
                 inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 
@@ -423,9 +423,9 @@ def build_e2m1_pow2_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -435,23 +435,23 @@ def build_e2m1_pow2_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            r = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
+                r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -463,9 +463,9 @@ def build_e2m1_pow2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -475,23 +475,23 @@ def build_e2m1_pow2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            r = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 
@@ -503,9 +503,9 @@ def build_e5m6_fp32_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -515,23 +515,23 @@ def build_e5m6_fp32_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            r = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(65024.0))
                 inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
+                r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -543,9 +543,9 @@ def build_e5m6_fp32_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -555,23 +555,23 @@ def build_e5m6_fp32_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            r = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(65024.0))
                 inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 
@@ -583,9 +583,9 @@ def build_e5m6_pow2_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -595,23 +595,23 @@ def build_e5m6_pow2_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            r = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
+                r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
 
     return kernel
 
@@ -623,9 +623,9 @@ def build_e5m6_pow2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -635,22 +635,22 @@ def build_e5m6_pow2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf = T.alloc_fragment((B_t, B_g), "float32")
-            inv = T.alloc_fragment((B_t, B_g), "float32")
-            r = T.alloc_fragment((B_t, B_g, B_c), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf = T.alloc_fragment((B_t, B_g), 'float32')
+            inv = T.alloc_fragment((B_t, B_g), 'float32')
+            r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = round_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g]))
-                if ((b_t * B_t + i_t) < N_t) & (i_c < N_c):
-                    y[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                    y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel

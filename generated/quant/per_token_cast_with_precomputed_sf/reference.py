@@ -2,8 +2,8 @@
 # Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `per_token_cast_with_precomputed_sf`: the oracle its kernels are tested against, one function per variant.
 
-It computes on whole tensors, in float32, with the same operations in the same order as the kernels,
-and encodes outputs through the same generated software codecs.
+It runs the statements of the kernels on whole tensors, in float32, with the same operations in the same
+order, and encodes outputs through the same generated software codecs.
 """
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_e2m1, encode_e4m3, encode_e5m2, encode_e5m6
@@ -18,11 +18,13 @@ def reference_e4m3(x, sf, group, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
-        _t0 = sf.to(torch.float32).reshape(N_t, N_g)
-        inv = (_f32(1.0) / _t0)
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e4m3(q), torch.uint8, torch.float8_e4m3fn).reshape(T_, H),
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t0 = _fit(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g')).to(torch.float32), (N_t, N_g))
+        inv = _fit((_f32(1.0) / _t0), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        return _s_q,
 
 
 def reference_e5m2(x, sf, group, _given=None):
@@ -34,11 +36,13 @@ def reference_e5m2(x, sf, group, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
-        _t0 = sf.to(torch.float32).reshape(N_t, N_g)
-        inv = (_f32(1.0) / _t0)
-        q = (xf * inv[:, :, None])
-        return _codes_as(encode_e5m2(q), torch.uint8, torch.float8_e5m2).reshape(T_, H),
+        _s_q = torch.zeros((T_, H), dtype=torch.float8_e5m2, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t0 = _fit(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g')).to(torch.float32), (N_t, N_g))
+        inv = _fit((_f32(1.0) / _t0), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), _codes_as(encode_e5m2(q_tile), torch.uint8, torch.float8_e5m2), None, False)
+        return _s_q,
 
 
 def reference_e2m1(x, sf, group, _given=None):
@@ -47,14 +51,18 @@ def reference_e2m1(x, sf, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = (-(-N_c // 2))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
-        _t0 = sf.to(torch.float32).reshape(N_t, N_g)
-        inv = (_f32(1.0) / _t0)
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e2m1(q).reshape(T_, H), (2, 4, 1, 'uint8', 'lsb_first'), torch.int8),
+        _s_q = torch.zeros((T_, (-(-H // 2))), dtype=torch.uint8, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t0 = _fit(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g')).to(torch.float32), (N_t, N_g))
+        inv = _fit((_f32(1.0) / _t0), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e2m1(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev))), _codes_as((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) < N_c)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1) < N_c)) << 4) & 0xFFFFFFFF)), torch.uint8, torch.uint8), None, False)
+        return _s_q.view(torch.int8),
 
 
 def reference_e5m6(x, sf, group, _given=None):
@@ -63,14 +71,20 @@ def reference_e5m6(x, sf, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_c_p = (-(-N_c // 8))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        xf = x.to(torch.float32).reshape(N_t, N_g, N_c)
-        _t0 = sf.to(torch.float32).reshape(N_t, N_g)
-        inv = (_f32(1.0) / _t0)
-        q = (xf * inv[:, :, None])
-        return _pack_codes(encode_e5m6(q).reshape(T_, H), (8, 12, 3, 'int32', 'msb_first'), torch.uint8),
+        _s_q = torch.zeros((T_, ((-(-H // 8)) * 3)), dtype=torch.int32, device=_dev)
+        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32), (N_t, N_g, N_c))
+        _t0 = _fit(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g')).to(torch.float32), (N_t, N_g))
+        inv = _fit((_f32(1.0) / _t0), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
+        q_codes = _fit(encode_e5m6(q_tile), (N_t, N_g, N_c))
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)), _t(((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8)), (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) < N_c)) << 20) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1) < N_c)) << 8) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) >> 4))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 1)), _t(((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) & 15) << 28) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3) < N_c)) << 16) & 0xFFFFFFFF)) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4) < N_c)) << 4) & 0xFFFFFFFF)) | (_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) >> 8))).to(torch.int32), None, False)
+        _scatter(_s_q, (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3) + 2)), _t((((((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) & 255) << 24) & 0xFFFFFFFF) | ((_take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6) < N_c)) << 12) & 0xFFFFFFFF)) | _take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7)), (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7) < N_c)))).to(torch.int32), None, False)
+        return _s_q.view(torch.uint8),
 
 
 VARIANTS = {

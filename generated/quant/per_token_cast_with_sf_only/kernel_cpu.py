@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16
 
 TARGET = 'c'
@@ -25,7 +25,7 @@ def build_e4m3_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -33,18 +33,18 @@ def build_e4m3_fp32(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
 
     return kernel
@@ -59,7 +59,7 @@ def build_e4m3_pow2(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -67,18 +67,18 @@ def build_e4m3_pow2(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
 
     return kernel
@@ -89,11 +89,13 @@ def build_e4m3_ue8m0(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -101,22 +103,24 @@ def build_e4m3_ue8m0(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
 
     return kernel
 
@@ -130,7 +134,7 @@ def build_e4m3_ue8m0_byte(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -138,18 +142,18 @@ def build_e4m3_ue8m0_byte(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel
@@ -164,7 +168,7 @@ def build_e5m2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -172,18 +176,18 @@ def build_e5m2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(57344.0))
 
     return kernel
@@ -198,7 +202,7 @@ def build_e5m2_pow2(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -206,18 +210,18 @@ def build_e5m2_pow2(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
 
     return kernel
@@ -228,11 +232,13 @@ def build_e5m2_ue8m0(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -240,22 +246,24 @@ def build_e5m2_ue8m0(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
 
     return kernel
 
@@ -269,7 +277,7 @@ def build_e5m2_ue8m0_byte(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -277,18 +285,18 @@ def build_e5m2_ue8m0_byte(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel
@@ -303,7 +311,7 @@ def build_e2m1_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -311,18 +319,18 @@ def build_e2m1_fp32(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(6.0))
 
     return kernel
@@ -337,7 +345,7 @@ def build_e2m1_pow2(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -345,18 +353,18 @@ def build_e2m1_pow2(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
 
     return kernel
@@ -367,11 +375,13 @@ def build_e2m1_ue8m0(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -379,22 +389,24 @@ def build_e2m1_ue8m0(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
 
     return kernel
 
@@ -408,7 +420,7 @@ def build_e2m1_ue8m0_byte(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -416,18 +428,18 @@ def build_e2m1_ue8m0_byte(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel
@@ -442,7 +454,7 @@ def build_e5m6_fp32(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -450,18 +462,18 @@ def build_e5m6_fp32(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(65024.0))
 
     return kernel
@@ -476,7 +488,7 @@ def build_e5m6_pow2(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -484,18 +496,18 @@ def build_e5m6_pow2(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
 
     return kernel
@@ -506,11 +518,13 @@ def build_e5m6_ue8m0(H, group, x_dtype, *, threads=1, block_t=1):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -518,22 +532,24 @@ def build_e5m6_ue8m0(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
-            sf_codes = T.alloc_local((B_t, B_g), "uint32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
+            sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.grid(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), i_gp] = T.reinterpret((T.if_then_else(i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.grid(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
 
     return kernel
 
@@ -547,7 +563,7 @@ def build_e5m6_ue8m0_byte(H, group, x_dtype, *, threads=1, block_t=1):
     B_c = N_c
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -555,18 +571,18 @@ def build_e5m6_ue8m0_byte(H, group, x_dtype, *, threads=1, block_t=1):
         sf: T.Tensor((T_, (H // group)), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), "float32")
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_local((B_t, B_g), "float32")
-            amax = T.alloc_local((B_t, B_g), "float32")
+            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
+            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_local((B_t, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((b_t * B_t + i_t) < N_t, LOAD_x(x[(b_t * B_t + i_t), (i_g * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.if_then_else(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
+                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0), xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), i_g] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel

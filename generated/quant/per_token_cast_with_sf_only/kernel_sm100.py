@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
@@ -22,9 +22,9 @@ def build_e4m3_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -34,15 +34,15 @@ def build_e4m3_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
 
     return kernel
@@ -55,9 +55,9 @@ def build_e4m3_pow2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -67,15 +67,15 @@ def build_e4m3_pow2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
 
     return kernel
@@ -86,11 +86,13 @@ def build_e4m3_ue8m0(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=40
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -100,19 +102,21 @@ def build_e4m3_ue8m0(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=40
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
 
     return kernel
 
@@ -124,9 +128,9 @@ def build_e4m3_ue8m0_byte(H, group, x_dtype, *, threads=128, block_t=4, tile_ele
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -136,15 +140,15 @@ def build_e4m3_ue8m0_byte(H, group, x_dtype, *, threads=128, block_t=4, tile_ele
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel
@@ -157,9 +161,9 @@ def build_e5m2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -169,15 +173,15 @@ def build_e5m2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(57344.0))
 
     return kernel
@@ -190,9 +194,9 @@ def build_e5m2_pow2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -202,15 +206,15 @@ def build_e5m2_pow2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
 
     return kernel
@@ -221,11 +225,13 @@ def build_e5m2_ue8m0(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=40
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -235,19 +241,21 @@ def build_e5m2_ue8m0(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=40
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
 
     return kernel
 
@@ -259,9 +267,9 @@ def build_e5m2_ue8m0_byte(H, group, x_dtype, *, threads=128, block_t=4, tile_ele
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -271,15 +279,15 @@ def build_e5m2_ue8m0_byte(H, group, x_dtype, *, threads=128, block_t=4, tile_ele
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel
@@ -292,9 +300,9 @@ def build_e2m1_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -304,15 +312,15 @@ def build_e2m1_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(6.0))
 
     return kernel
@@ -325,9 +333,9 @@ def build_e2m1_pow2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -337,15 +345,15 @@ def build_e2m1_pow2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
 
     return kernel
@@ -356,11 +364,13 @@ def build_e2m1_ue8m0(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=40
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -370,19 +380,21 @@ def build_e2m1_ue8m0(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=40
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
 
     return kernel
 
@@ -394,9 +406,9 @@ def build_e2m1_ue8m0_byte(H, group, x_dtype, *, threads=128, block_t=4, tile_ele
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -406,15 +418,15 @@ def build_e2m1_ue8m0_byte(H, group, x_dtype, *, threads=128, block_t=4, tile_ele
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel
@@ -427,9 +439,9 @@ def build_e5m6_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -439,15 +451,15 @@ def build_e5m6_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(65024.0))
 
     return kernel
@@ -460,9 +472,9 @@ def build_e5m6_pow2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -472,15 +484,15 @@ def build_e5m6_pow2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
 
     return kernel
@@ -491,11 +503,13 @@ def build_e5m6_ue8m0(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=40
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 4)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -505,19 +519,21 @@ def build_e5m6_ue8m0(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=40
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
-            sf_codes = T.alloc_shared((B_t, B_g), "uint32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_codes[i_t, i_g] = ((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_gp in T.Parallel(B_t, T.ceildiv(B_g, 4)):
-                if (b_t * B_t + i_t) < N_t:
-                    sf[(b_t * B_t + i_t), b_g * T.ceildiv(B_g, 4) + i_gp] = T.reinterpret((T.if_then_else(b_g * B_g + i_gp * 4 + 0 < N_g, sf_codes[i_t, i_gp * 4 + 0], T.uint32(0)) << T.uint32(0)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 1 < N_g, sf_codes[i_t, i_gp * 4 + 1], T.uint32(0)) << T.uint32(8)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 2 < N_g, sf_codes[i_t, i_gp * 4 + 2], T.uint32(0)) << T.uint32(16)) | (T.if_then_else(b_g * B_g + i_gp * 4 + 3 < N_g, sf_codes[i_t, i_gp * 4 + 3], T.uint32(0)) << T.uint32(24)), "int32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
 
     return kernel
 
@@ -529,9 +545,9 @@ def build_e5m6_ue8m0_byte(H, group, x_dtype, *, threads=128, block_t=4, tile_ele
     N_c = group
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, tile_elems // (B_t * B_c)), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, }[x_dtype]
+    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -541,15 +557,15 @@ def build_e5m6_ue8m0_byte(H, group, x_dtype, *, threads=128, block_t=4, tile_ele
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), "float32")
-            _t0 = T.alloc_fragment((B_t, B_g), "float32")
-            amax = T.alloc_fragment((B_t, B_g), "float32")
+            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
+            amax = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t) & (i_c < N_c), LOAD_x(x[(b_t * B_t + i_t), ((b_g * B_g + i_g) * N_c + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)), LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (b_t * B_t + i_t) < N_t:
+                if ((b_t * B_t + i_t) < N_t):
                     sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((T.reinterpret(T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel

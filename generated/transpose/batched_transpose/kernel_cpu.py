@@ -8,8 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
-from ...common.tilelang_helpers import decode_bf16, decode_e4m3
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 
 TARGET = 'c'
 PASS_CONFIGS = {'tirx.disable_vectorize': True}
@@ -24,10 +23,9 @@ def build_base(B, N, x_dtype, *, threads=1, block_m=8, block_i=1):
     B_n = N_n
     B_m = block_m
     B_i = block_i
-    if not (N_i % B_i == 0):
-        raise ValueError("block size of axis i must divide its extent")
+    if not (((N_i % B_i) == 0)):
+        raise ValueError('block size of axis i must divide its extent')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32', 'e4m3': 'uint8'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: decode_bf16(T.cast(v, "uint32")), "fp32": lambda v: v, "e4m3": lambda v: decode_e4m3(T.cast(v, "uint32")), }[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -38,13 +36,13 @@ def build_base(B, N, x_dtype, *, threads=1, block_m=8, block_i=1):
             b_m = pid // (T.ceildiv(N_i, B_i))
             b_i = pid % T.ceildiv(N_i, B_i)
             out_tile = T.alloc_local((B_m, B_i, B_n), STORAGE_x)
-            out_staged = T.alloc_local((B_m, B_i, B_n + bank_pad(STORAGE_x),), STORAGE_x)
+            out_staged = T.alloc_local((B_m, B_i, B_n + bank_pad(STORAGE_x)), STORAGE_x)
             for i_m, i_i, i_n in T.grid(B_m, B_i, B_n):
-                out_tile[i_m, i_i, i_n] = T.if_then_else((b_m * B_m + i_m) < N_m, x[(b_i * B_i + i_i), (b_m * B_m + i_m), i_n], T.cast(0, STORAGE_x))
+                out_tile[i_m, i_i, i_n] = T.if_then_else(((b_m * B_m + i_m) < N_m), x[(b_i * B_i + i_i), (b_m * B_m + i_m), i_n], T.cast(0, STORAGE_x))
             for i_m, i_i, i_n in T.grid(B_m, B_i, B_n):
                 out_staged[i_m, i_i, i_n] = out_tile[i_m, i_i, i_n]
             for i_i, i_n, i_m in T.grid(B_i, B_n, B_m):
-                if (b_m * B_m + i_m) < N_m:
+                if ((b_m * B_m + i_m) < N_m):
                     out[(b_i * B_i + i_i), i_n, (b_m * B_m + i_m)] = out_staged[i_m, i_i, i_n]
 
     return kernel

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
@@ -23,12 +23,11 @@ def build_base(B, N, x_dtype, *, threads=128, block_m=64, block_i=1, block_n=64)
     B_m = block_m
     B_i = block_i
     B_n = block_n
-    if not (N_i % B_i == 0):
-        raise ValueError("block size of axis i must divide its extent")
-    if not (N_n % B_n == 0):
-        raise ValueError("block size of axis n must divide its extent")
+    if not (((N_i % B_i) == 0)):
+        raise ValueError('block size of axis i must divide its extent')
+    if not (((N_n % B_n) == 0)):
+        raise ValueError('block size of axis n must divide its extent')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32', 'e4m3': 'float8_e4m3fn'}[x_dtype]
-    LOAD_x = { "bf16": lambda v: T.cast(v, "float32"), "fp32": lambda v: v, "e4m3": lambda v: T.cast(v, "float32"), }[x_dtype]
 
     @T.prim_func
     def kernel(
@@ -40,13 +39,13 @@ def build_base(B, N, x_dtype, *, threads=128, block_m=64, block_i=1, block_n=64)
             b_i = pid // (T.ceildiv(N_n, B_n)) % T.ceildiv(N_i, B_i)
             b_n = pid % T.ceildiv(N_n, B_n)
             out_tile = T.alloc_fragment((B_m, B_i, B_n), STORAGE_x)
-            out_staged = T.alloc_shared((B_m, B_i, B_n + bank_pad(STORAGE_x),), STORAGE_x)
+            out_staged = T.alloc_shared((B_m, B_i, B_n + bank_pad(STORAGE_x)), STORAGE_x)
             for i_m, i_i, i_n in T.Parallel(B_m, B_i, B_n):
-                out_tile[i_m, i_i, i_n] = T.if_then_else((b_m * B_m + i_m) < N_m, x[(b_i * B_i + i_i), (b_m * B_m + i_m), (b_n * B_n + i_n)], T.cast(0, STORAGE_x))
+                out_tile[i_m, i_i, i_n] = T.if_then_else(((b_m * B_m + i_m) < N_m), x[(b_i * B_i + i_i), (b_m * B_m + i_m), (b_n * B_n + i_n)], T.cast(0, STORAGE_x))
             for i_m, i_i, i_n in T.Parallel(B_m, B_i, B_n):
                 out_staged[i_m, i_i, i_n] = out_tile[i_m, i_i, i_n]
             for i_i, i_n, i_m in T.Parallel(B_i, B_n, B_m):
-                if (b_m * B_m + i_m) < N_m:
+                if ((b_m * B_m + i_m) < N_m):
                     out[(b_i * B_i + i_i), (b_n * B_n + i_n), (b_m * B_m + i_m)] = out_staged[i_m, i_i, i_n]
 
     return kernel

@@ -2,8 +2,8 @@
 # Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `batched_transpose`: the oracle its kernels are tested against, one function per variant.
 
-It computes on whole tensors, in float32, with the same operations in the same order as the kernels,
-and encodes outputs through the same generated software codecs.
+It runs the statements of the kernels on whole tensors, in float32, with the same operations in the same
+order, and encodes outputs through the same generated software codecs.
 """
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 
@@ -18,8 +18,10 @@ def reference_base(x, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        out = x.reshape(N_i, N_m, N_n).permute(1, 0, 2)
-        return out.permute(1, 2, 0).reshape(B, N, M).clone(memory_format=torch.contiguous_format),
+        _s_out = torch.zeros((B, N, M), dtype=x.dtype, device=_dev)
+        out_tile = _fit(_view(x, (N_i, N_m, N_n), (N_i, N_m, N_n), (), ('i', 'm', 'n'), ('m', 'i', 'n')), (N_m, N_i, N_n))
+        _store_view(_s_out, (N_i, N_n, N_m), (N_i, N_n, N_m), ('i', 'n', 'm'), ('m', 'i', 'n'), out_tile, None, False)
+        return _s_out,
 
 
 VARIANTS = {

@@ -1,0 +1,269 @@
+"""The kernel IR: what an operator variant runs, as typed data between the stage program and the printers.
+
+A `Module` is one variant of an op: its axes, the tensors it reads and writes (with their storage), and one
+or more `Kernel`s that run one after another (later kernels read what earlier ones wrote to scratch
+tensors). A kernel is a list of statements over axes:
+
+- `Compute(dst, value)`: every element of a tile buffer (`dst` over its axes) from an `ir.Expr`;
+- `Store(tensor, indices, value, axes)`: every element over `axes` into a tensor (or added into it);
+- `Reduce(dst, src, axis, kind)`: a reduction of a buffer over one of its axes;
+- `Loop(var, extent, body)`: a serial, unrolled or pipelined loop, whose body may update buffers
+  (carried state: the top-k rounds, a streamed axis, the tiles of a persistent block);
+- `Gemm`, `Scan`, `Fill`: a tile matmul, a prefix sum along an axis, a buffer set to a constant.
+
+Expressions read buffers (`ir.Read`), tensors (`ir.Fetch`) and axis indices (`ir.Index`). A statement
+over axes means: for every index of those axes. The *naive* module holds every axis whole, with one block;
+the PyTorch reference prints it on whole tensors. A schedule (tkgen/schedule.py) rewrites it for a target:
+it splits axes across blocks (`Kernel.tiles`), pads axes, goes persistent, streams axes, places buffers
+and fuses loops; the TileLang printer prints the result.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple, Union
+
+from . import ir
+
+SCOPES = ("tile", "shared", "var")
+REDUCE_KINDS = ("absmax", "max", "min", "sum")
+LOOP_KINDS = ("serial", "unroll", "pipelined")
+
+
+@dataclass(frozen=True)
+class Axis:
+    """An index space. `packets`: (axis, n): index p stands for the n indices p*n .. p*n+n-1 of that axis
+    (the words of a packed output), so it is tiled with it."""
+
+    name: str
+    extent: ir.Expr
+    packets: Optional[Tuple[str, int]] = None
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A tile: one dim per axis (its block extent in a kernel, its whole extent in the reference).
+
+    `dtype`: an ir dtype, or ir.RAW for stored elements of element type `elem`. `scope`: `tile` (registers:
+    fragments on CUDA, thread-local arrays on the C target), `shared` (threads exchange elements through
+    it), `var` (one scalar). `pad`: bytes added to the last dim (bank padding of a staging buffer).
+    `pad_safe`: what the buffer holds past an axis's extent never decides a reduction over it (its
+    algorithm sees to that), so a schedule that pads the axis need not mask it there."""
+
+    name: str
+    axes: Tuple[str, ...]
+    dtype: str
+    scope: str = "tile"
+    elem: Optional[str] = None
+    pad: int = 0
+    pad_safe: bool = False
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """A kernel argument: an input, an output, or a scratch tensor a later kernel reads. `shape`: its
+    storage shape (packed last dims, column-major layouts transposed and padded); `elem`: its element
+    type (a format, an integer dtype, a packing word, or `@x`); `flat`: passed as one dim of `n_<name>`
+    elements (tensors addressed at positions)."""
+
+    name: str
+    role: str
+    elem: str
+    shape: Tuple[object, ...]
+    flat: bool = False
+    scale: bool = False                    # holds scales (stored where computed, never staged)
+
+
+@dataclass(frozen=True)
+class Compute:
+    """dst[...] = value for every index of dst's axes, except those pinned by `at` (axis, index): a slice."""
+
+    dst: Buffer
+    value: ir.Expr
+    at: Tuple[Tuple[str, ir.Expr], ...] = ()
+
+    @property
+    def axes(self):
+        pinned = {a for a, _ in self.at}
+        return tuple(a for a in self.dst.axes if a not in pinned)
+
+
+@dataclass(frozen=True)
+class Store:
+    """tensor[indices] = value for every index of `axes` (the loop order, outermost first) where `guard`
+    holds; `accumulate`: added into the tensor (atomically on CUDA, where several blocks add into one
+    element). `view`: as for ir.Fetch, the axis groups of the indices when they are the tensor's view."""
+
+    tensor: str
+    indices: Tuple[ir.Expr, ...]
+    value: ir.Expr
+    axes: Tuple[str, ...]
+    guard: Optional[ir.Expr] = None
+    accumulate: bool = False
+    view: Optional[Tuple[Tuple[object, ...], ...]] = None
+
+
+@dataclass(frozen=True)
+class Reduce:
+    """dst = reduction `kind` of src over `axis` (dst has src's other axes). `accumulate`: combined with
+    the value dst holds (a reduction over chunks, or over the tiles of a persistent block)."""
+
+    dst: Buffer
+    src: Buffer
+    axis: str
+    kind: str
+    accumulate: bool = False
+
+
+@dataclass(frozen=True)
+class Fill:
+    """Every element of a buffer set to a constant (the start of an accumulation or of a carried state)."""
+
+    dst: Buffer
+    value: ir.Const
+
+
+@dataclass(frozen=True)
+class Loop:
+    """for var in range(extent): body. `kind`: serial, unroll (only while the extent is at most `limit`,
+    when one is given), or pipelined (with `stages`)."""
+
+    var: str
+    extent: ir.Expr
+    body: Tuple["Stmt", ...]
+    kind: str = "serial"
+    stages: int = 0
+    limit: int = 0
+
+
+@dataclass(frozen=True)
+class Scan:
+    """dst = the prefix sum of src along `axis` (inclusive, or exclusive: starting from 0)."""
+
+    dst: Buffer
+    src: Buffer
+    axis: str
+    exclusive: bool = False
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """c (+)= a @ b over the shared axis `k`: a over (m, k), b over (n, k) or (k, n), c over (m, n)."""
+
+    a: Buffer
+    b: Buffer
+    c: Buffer
+    k: str
+    accumulate: bool = False
+
+
+@dataclass(frozen=True)
+class Nest:
+    """One parallel loop over `axes` (outermost first) running elementwise statements in order: Computes
+    and Stores that a schedule fused (tkgen/schedule.py: fuse)."""
+
+    axes: Tuple[str, ...]
+    body: Tuple[Union[Compute, Store], ...]
+
+
+Stmt = Union[Compute, Store, Reduce, Fill, Loop, Scan, Gemm, Nest]
+
+
+@dataclass(frozen=True)
+class Tile:
+    """How a kernel holds an axis: `block` elements per tile (an ir size; None: the whole extent), split
+    across blocks or not, padded to a power of two or not."""
+
+    block: Optional[ir.Expr] = None
+    split: bool = False
+    padded: bool = False
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One launch. `tiles`: per axis how it is held (absent: whole); `persistent`: a fixed number of
+    blocks (the knob `blocks`) loop over the tiles of the axes in `Kernel.split`."""
+
+    name: str
+    body: Tuple[Stmt, ...]
+    tiles: Tuple[Tuple[str, Tile], ...] = ()
+    persistent: bool = False
+    threads: Optional[ir.Expr] = None
+
+    def tile(self, axis) -> Tile:
+        return dict(self.tiles).get(axis, Tile())
+
+    @property
+    def split(self) -> Tuple[str, ...]:
+        return tuple(a for a, t in self.tiles if t.split)
+
+
+@dataclass
+class Module:
+    """One variant of an op: axes, tensors, kernels, and what the factory checks and exposes."""
+
+    op: str
+    variant: str
+    axes: Dict[str, Axis]
+    tensors: Tuple[TensorArg, ...]
+    kernels: Tuple[Kernel, ...]
+    dims: Tuple[str, ...]                  # static dims and params the factory takes, in order
+    dtype_args: Tuple[str, ...] = ()       # inputs whose dtype the factory takes (`<input>_dtype`)
+    dynamic: Tuple[str, ...] = ()          # runtime sizes: the rows' dim and the numels of flat tensors
+    checks: Tuple[Tuple[ir.Expr, str], ...] = ()
+    knobs: Tuple[Tuple[str, object], ...] = ()
+    keep: Optional[str] = None             # the buffer of kept rows (keep_rows), if any
+    meta: dict = field(default_factory=dict)
+
+    def tensor(self, name) -> TensorArg:
+        return next(t for t in self.tensors if t.name == name)
+
+    def replace(self, **kw) -> "Module":
+        return dataclasses.replace(self, **kw)
+
+
+def statements(body):
+    """Every statement, the bodies of loops and nests included, in order."""
+    for st in body:
+        yield st
+        if isinstance(st, (Loop, Nest)):
+            yield from statements(st.body)
+
+
+def buffers(body) -> Dict[str, Buffer]:
+    """Every buffer the statements name, by name."""
+    out = {}
+    for st in statements(body):
+        for f in dataclasses.fields(st):
+            v = getattr(st, f.name)
+            if isinstance(v, Buffer):
+                out.setdefault(v.name, v)
+    return out
+
+
+def exprs(st):
+    """The expressions a statement holds (not those of a loop's body)."""
+    if isinstance(st, Compute):
+        return (st.value,) + tuple(e for _, e in st.at)
+    if isinstance(st, Store):
+        return st.indices + (st.value,) + ((st.guard,) if st.guard is not None else ())
+    if isinstance(st, Loop):
+        return (st.extent,)
+    return ()
+
+
+def map_exprs(body, fn):
+    """The statements with `fn` applied to every expression they hold (loop bodies included)."""
+    out = []
+    for st in body:
+        if isinstance(st, Compute):
+            st = dataclasses.replace(st, value=fn(st.value), at=tuple((a, fn(e)) for a, e in st.at))
+        elif isinstance(st, Store):
+            st = dataclasses.replace(st, indices=tuple(fn(e) for e in st.indices), value=fn(st.value),
+                                     guard=None if st.guard is None else fn(st.guard))
+        elif isinstance(st, Loop):
+            st = dataclasses.replace(st, extent=fn(st.extent), body=tuple(map_exprs(st.body, fn)))
+        elif isinstance(st, Nest):
+            st = dataclasses.replace(st, body=tuple(map_exprs(st.body, fn)))
+        out.append(st)
+    return out

@@ -1,0 +1,448 @@
+"""Stage 3: lower one variant's stage program to the naive kernel IR (tkgen/kir.py).
+
+Every value of the program becomes a tile buffer over its axes, every load a `Compute` of decoded tensor
+elements, every output a `Store` of encoded values; the stage algorithms (top-k, counts, packed stores)
+expand into statements here, once, for the reference and every target. Nothing here knows a target: the
+module holds each axis whole in one block, which is what the reference runs, and the schedule
+(tkgen/schedule.py) rewrites it into kernels. The only guards are the semantic ones: rows of a partial row
+block, rows left out by keep_rows, positions outside the tensor they address.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional
+
+from . import expr as E
+from . import formats as F
+from . import ir, kir
+from . import pyexpr as P
+from .ir import BOOL, F32, I32, I64, RAW, U32, op
+from .signature import INT_ELEMS, TensorSig, signature
+from .stages import Copy, Count, Gather, Load, Map, Reduce, StageError, TopK
+
+# names the printers generate (loop, block and size variables, kernel symbols): a value named like one
+# gets a `v_` prefix
+_GENERATED = re.compile(r"^(?:[ibBNnr]_|pid$|kernel$|T_?$|bid$|blocks$|threads$)")
+_NEUTRAL = {"absmax": 0.0, "sum": 0.0, "max": float("-inf"), "min": float("inf")}
+_INT_NEUTRAL = {"max": -2 ** 31, "min": 2 ** 31 - 1, "sum": 0}
+INT_MIN = -2 ** 31
+
+
+def neutral(kind: str, dtype: str) -> ir.Const:
+    """The value that leaves a reduction unchanged (what padding and masked elements must hold)."""
+    if dtype in (I32, I64):
+        return ir.Const(_INT_NEUTRAL[kind], dtype)
+    return ir.c(_NEUTRAL[kind])
+
+
+def _add(a, b):
+    return op("add", a, b)
+
+
+def _mul(a, b):
+    return op("mul", a, b)
+
+
+def topk_key() -> ir.Function:
+    """float32 -> int32 key whose integer order is the order of a stable descending sort on floats.
+
+    -0.0 becomes +0.0 (they tie) and every NaN becomes one canonical NaN that ranks above +inf.
+    """
+    b = ir.Builder()
+    x = ir.Var("x", F32)
+    # isnan, not `x != x`: compilers fold the self-comparison to false. (Testing the bits instead made
+    # TileLang's lowering of the top-k loop ten times slower.)
+    canon = op("select", op("isnan", x), op("from_bits", ir.u32(0x7FC00000)),
+               op("select", op("eq", x, ir.c(0.0)), ir.c(0.0), x))
+    s = b.let("s", op("u32_to_i32", op("bits", canon)))
+    key = op("select", op("lt", s, ir.i32(0)), op("bitxor", s, ir.i32(0x7FFFFFFF)), s)
+    return ir.Function("order_key", (x,), tuple(b.lets), key, "float32 -> int32 key ordered like a stable sort")
+
+
+class Lowering:
+    """Builds the naive module of one variant."""
+
+    def __init__(self, catalog, spec, variant, program):
+        self.catalog, self.variant, self.program = catalog, variant, program
+        self.spec = spec.resolved(variant)
+        self.sigs: Dict[str, TensorSig] = signature(catalog, spec, variant)
+        self.body: List[kir.Stmt] = []
+        self.bufs: Dict[str, kir.Buffer] = {}
+        self.axes: Dict[str, kir.Axis] = {n: kir.Axis(n, a.extent) for n, a in spec.axes.items()}
+        self.dyn_axis = next(iter(spec.axes)) if spec.dynamic_dim else None
+        self.row_inner = spec.row_inner
+        self.keep: Optional[ir.Expr] = None          # the kept-rows condition, once computed
+        self.zero_filled = set()                     # buffers that hold 0 wherever a row guard was false
+        self.checks: List[tuple] = []
+        self.helpers = set()
+        self.stored_in_loop = set()                  # outputs a stage stored itself (top-k, round by round)
+
+    # -- buffers and indices ----------------------------------------------------------------------------
+    def buffer(self, value, dtype=None, elem=None) -> kir.Buffer:
+        if value.name not in self.bufs:
+            name = value.name + "_tile" if value.name in self.spec.tensors else value.name
+            if _GENERATED.match(name):
+                name = "v_" + name
+            self.bufs[value.name] = kir.Buffer(name, value.axes, dtype or value.dtype, elem=elem)
+        return self.bufs[value.name]
+
+    def read(self, value) -> ir.Read:
+        b = self.bufs[value.name]
+        return ir.Read(b.name, b.dtype)
+
+    def group_index(self, group, fixed) -> ir.Expr:
+        """The index of a tensor dim split over `group` (major first); `fixed` pins axes (a take)."""
+        idx = None
+        for a in group:
+            part = ir.i32(fixed[a]) if a in fixed else ir.Index(a)
+            if idx is None or idx == ir.i32(0):
+                idx = part
+            else:
+                idx = _add(_mul(idx, ir.Size(f"N_{a}")), part)
+        return idx
+
+    def logical(self, sig: TensorSig, fixed=()) -> tuple:
+        fixed = dict(fixed)
+        return tuple(self.group_index(g, fixed) for g in sig.view)
+
+    @staticmethod
+    def storage(sig: TensorSig, logical) -> tuple:
+        """Storage indices from logical ones: a column-major layout stores [cols, rows]."""
+        return tuple(reversed(logical)) if sig.col_pad else tuple(logical)
+
+    def view(self, sig: TensorSig, fixed=()) -> tuple:
+        """The axis groups of the storage dims, for ir.Fetch and kir.Store: an axis, or (axis, index) for an
+        axis pinned to an index."""
+        fixed = dict(fixed)
+        return self.storage(sig, tuple(tuple((a, fixed[a]) if a in fixed else a for a in g) for g in sig.view))
+
+    def row_guard(self, axes, sig: Optional[TensorSig] = None) -> Optional[ir.Expr]:
+        """The semantic guard of an element over `axes`: its row lies inside the tensor (a partial row
+        block), and it is a kept row (keep_rows)."""
+        conds = []
+        if self.row_inner and self.row_inner in axes and self.dyn_axis in axes:
+            row = _add(_mul(ir.Index(self.dyn_axis), ir.Size(f"N_{self.row_inner}")), ir.Index(self.row_inner))
+            conds.append(op("lt", row, ir.Size(P.sym(self.spec.dynamic_dim))))
+        if self.keep is not None and self.dyn_axis in axes and not self.row_inner:
+            conds.append(self.keep)
+        return ir.conj(*conds)
+
+    def emit(self, st):
+        self.body.append(kir.map_exprs([st], ir.fold)[0])
+
+    # -- expressions ------------------------------------------------------------------------------------
+    def convert(self, e: ir.Expr) -> ir.Expr:
+        """A program expression in kernel IR terms: values become buffer reads, `#axis` the axis index,
+        params and dims used as values scalars, `ROUND_x` the round trip through x's dtype."""
+        def fn(n):
+            if isinstance(n, ir.Var):
+                if n.name.startswith("#"):
+                    return ir.Index(n.name[1:])
+                if n.name in self.program.scalars:
+                    return ir.Scalar(P.sym(n.name), n.dtype)
+                if n.name in self.bufs:
+                    return ir.Read(self.bufs[n.name].name, self.bufs[n.name].dtype)
+                raise KeyError(f"value {n.name!r} is not computed yet")
+            if isinstance(n, ir.Call) and n.fn.startswith("ROUND_"):
+                elem = "@" + n.fn[len("ROUND_"):]
+                return ir.Decode(elem, ir.Encode(elem, n.args[0]), F32)
+            if isinstance(n, ir.Call) and n.fn.startswith("round_"):
+                fmt = n.fn[len("round_"):]
+                code_dtype = U32 if self.catalog.elements[fmt].pack else RAW
+                return ir.Decode(fmt, ir.Encode(fmt, n.args[0], code_dtype), F32)
+            return None
+        return ir.rebuild(e, fn)
+
+    def decoded(self, sig: TensorSig, fixed, axes) -> ir.Expr:
+        """The value of the tensor's element at the current indices (its view, `fixed` axes pinned)."""
+        logical = self.logical(sig, fixed)
+        guard = self.row_guard(axes)
+        if sig.packing is not None:
+            code = self.packed_code(sig, logical, guard)
+            if sig.fmt is not None:
+                # the code goes to a u32 tile first: the decoder reads its argument several times, and
+                # should repeat a register read, not the unpacking (TVM took a minute to lower an e5m6
+                # decode of an unpacked window)
+                tile = kir.Buffer(f"{sig.name}_code" + "".join(f"_{a}{i}" for a, i in fixed), axes, U32)
+                self.emit(kir.Compute(tile, code))
+                return ir.Decode(sig.fmt.name, ir.Read(tile.name, U32), F32)
+            return op("from_bits", op("shl", code, ir.u32(23)))       # a UE8M0 byte: 2^(byte - 127)
+        fetch = ir.Fetch(sig.name, self.storage(sig, logical), guard, view=self.view(sig, fixed))
+        if sig.scale is not None and sig.scale.store == "exponent_byte":
+            return op("from_bits", op("shl", ir.Decode("uint8", fetch, U32), ir.u32(23)))
+        if sig.elem in INT_ELEMS:
+            return ir.Decode(sig.elem, fetch, I32)
+        return ir.Decode(sig.elem, fetch, F32)
+
+    def packed_code(self, sig: TensorSig, logical, guard) -> ir.Expr:
+        """The u32 code of the current element of a packed tensor. Its bit offset in the packet is linear in
+        its index j within the packet; it is read from the word holding its lowest bit and, where it
+        crosses into the next one, that word too. Two loads and a few integer operations, rather than a
+        select over the packet's codes, which TVM lowers slowly."""
+        pk = sig.packing
+        *outer, e = logical
+        n, wb, width = pk.codes, pk.word_bits, pk.width
+
+        def word(k):
+            at = tuple(outer) + (_add(_mul(op("floordiv", e, ir.i32(n)), ir.i32(pk.words)), k),)
+            return ir.Decode(pk.word, ir.Fetch(sig.name, at, guard), U32)
+        j = op("floormod", e, ir.i32(n))
+        off = _mul(j, ir.i32(width)) if pk.order == "lsb_first" else \
+            op("sub", ir.i32(pk.total - width), _mul(j, ir.i32(width)))
+        mask = ir.u32((1 << width) - 1)
+        if pk.words == 1:
+            return op("bitand", op("shr", word(ir.i32(0)), op("i32_to_u32", off)), mask)
+        low = op("floordiv", off, ir.i32(wb))              # the word of the lowest bit, from the packet's lsb
+        if pk.order == "lsb_first":
+            k_lo, k_hi = low, op("min", _add(low, ir.i32(1)), ir.i32(pk.words - 1))
+        else:
+            k_lo = op("sub", ir.i32(pk.words - 1), low)
+            k_hi = op("sub", op("max", k_lo, ir.i32(1)), ir.i32(1))
+        r = op("floormod", off, ir.i32(wb))
+        lo = op("shr", word(k_lo), op("i32_to_u32", r))
+        # the bits above the low word: shifted by wb - r in two steps, each in [0, 31]
+        hi = op("shl", op("shl", word(k_hi), op("i32_to_u32", op("sub", ir.i32(wb - 1), r))), ir.u32(1))
+        crosses = op("gt", _add(r, ir.i32(width)), ir.i32(wb))
+        return op("bitand", op("bitor", lo, op("select", crosses, hi, ir.u32(0))), mask)
+
+    # -- steps ------------------------------------------------------------------------------------------
+    def lower_step(self, st):
+        out = st.out
+        if isinstance(st, Load):
+            sig = self.sigs[st.tensor]
+            self.emit(kir.Compute(self.buffer(out), self.decoded(sig, st.fixed, out.axes)))
+            if self.row_guard(out.axes) is not None:
+                self.zero_filled.add(out.name)
+        elif isinstance(st, Copy):
+            sig = self.sigs[st.tensor]
+            fetch = ir.Fetch(st.tensor, self.storage(sig, self.logical(sig)), self.row_guard(out.axes),
+                             view=self.view(sig))
+            self.emit(kir.Compute(self.buffer(out, RAW, sig.elem), fetch))
+        elif isinstance(st, Gather):
+            sig = self.sigs[st.tensor]
+            pos = self.read(st.index)
+            n = ir.Size(f"n_{st.tensor}")
+            guard = ir.conj(self.row_guard(out.axes), op("ge", pos, ir.i32(0)), op("lt", pos, n))
+            fetch = ir.Fetch(st.tensor, (pos,), guard)
+            dtype = I32 if sig.elem in INT_ELEMS else F32
+            self.emit(kir.Compute(self.buffer(out), ir.Decode(sig.elem, fetch, dtype)))
+        elif isinstance(st, Map):
+            self.emit(kir.Compute(self.buffer(out), self.convert(st.expr)))
+            if self.program.keep is not None and out.name == self.program.keep.name:
+                self.keep = self.read(out)
+        elif isinstance(st, Reduce):
+            self.reduce(st)
+        elif isinstance(st, TopK):
+            self.topk(st)
+        elif isinstance(st, Count):
+            self.count(st)
+        else:
+            raise TypeError(st)
+
+    def reduce(self, st: Reduce):
+        """A reduction; over the rows inside row blocks (or over kept rows), elements outside the tensor
+        hold the reduction's neutral value: loads already give 0, which serves absmax and sum of loaded
+        data; anything else is reduced from a masked copy. A zero result of a float max or min is +0.0:
+        which zero a reduction keeps depends on its order, and the canonical one does not."""
+        src = self.bufs[st.src.name]
+        mask = None
+        if st.axis == self.row_inner:
+            mask = self.row_guard(src.axes)
+        elif st.axis == self.dyn_axis and self.keep is not None:
+            mask = self.keep
+        if mask is not None and not (st.kind in ("absmax", "sum") and st.src.name in self.zero_filled):
+            masked = kir.Buffer(f"{src.name}_for_{st.kind}_over_{st.axis}", src.axes, src.dtype)
+            self.emit(kir.Compute(masked, op("select", mask, ir.Read(src.name, src.dtype),
+                                             neutral(st.kind, src.dtype))))
+            src = masked
+        dst = self.buffer(st.out)
+        self.emit(kir.Reduce(dst, src, st.axis, st.kind))
+        if st.kind in ("max", "min") and dst.dtype == F32:
+            self.emit(kir.Compute(dst, op("add", ir.Read(dst.name, F32), ir.c(0.0))))
+        if st.kind in ("absmax", "sum") and st.src.name in self.zero_filled:
+            self.zero_filled.add(st.out.name)
+
+    def topk(self, st: TopK):
+        """k rounds over the order keys: the largest key, then the smallest index holding it, which is the
+        round's pick; that index then ranks below every key. Keys past the extent of the selected axis rank
+        below every key too, so they are never picked (k <= extent). A result that is only an output is
+        stored round by round; one that later stages read is collected in a tile first. (One reduction over
+        int64 keys packing the index into the low word was tried: 9% slower on an H200 for 256 experts,
+        k = 8, since every step of it is two shuffles and a 64-bit compare.)"""
+        src = self.bufs[st.src.name]
+        rest = tuple(a for a in src.axes if a != st.over)
+        name = st.out.name + "_tile" if st.out.name in self.spec.tensors else st.out.name
+        key = kir.Buffer(f"{name}_key", src.axes, I32, pad_safe=True)
+        cand = kir.Buffer(f"{name}_cand", src.axes, I32, pad_safe=True)
+        best = kir.Buffer(f"{name}_best", rest, I32)
+        pick = kir.Buffer(f"{name}_pick", rest, I32)
+        self.helpers.add("order_key")
+        rd = lambda b: ir.Read(b.name, b.dtype)  # noqa: E731
+        over = ir.Index(st.over, local=True)
+        valid = op("lt", over, ir.Size(f"N_{st.over}"))
+        self.emit(kir.Compute(key, op("select", valid, ir.Call("order_key", (rd(src),), I32), ir.i32(INT_MIN))))
+        rnd = ir.Var(f"r_{st.new}", I32)
+        outputs = [t for t, v in self.program.outputs.items() if v.name == st.out.name]
+        read_later = any(st.out.name in _sources(x) for x in self.program.steps)
+        if outputs and not read_later:
+            sig = self.sigs[outputs[0]]
+            idx = tuple(self.group_index(g, {}) if st.new not in g else
+                        ir.rebuild(self.group_index(g, {}), lambda n: rnd if n == ir.Index(st.new) else None)
+                        for g in sig.view)
+            keep = self.row_guard(rest)
+            publish = kir.Store(outputs[0], self.storage(sig, idx), ir.Encode(sig.elem, rd(pick)), rest, keep)
+            self.stored_in_loop.update(outputs)
+        else:
+            publish = kir.Compute(self.buffer(st.out), rd(pick), at=((st.new, rnd),))
+        body = (kir.Reduce(best, key, st.over, "max"),
+                kir.Compute(cand, op("select", op("eq", rd(key), rd(best)), over, ir.Size(f"N_{st.over}"))),
+                kir.Reduce(pick, cand, st.over, "min"),
+                publish,
+                kir.Compute(key, op("select", op("eq", over, rd(pick)), ir.i32(INT_MIN), rd(key))))
+        # unrolled while short: the rounds overlap (3-4% faster for k = 8 on an H200)
+        self.emit(kir.Loop(rnd.name, ir.Size(f"N_{st.new}"), tuple(kir.map_exprs(body, ir.fold)), kind="unroll",
+                           limit=16))
+
+    def count(self, st: Count):
+        """This op's count of the elements where a condition holds (rows outside the tensor, rows not kept
+        and padding count nothing): 1/0 in an int32 tile, reduced over its axes one at a time (last
+        first). Each block adds its count into the output (the store accumulates)."""
+        ones = kir.Buffer(f"{st.out.name}_ones", st.axes, I32)
+        cond = ir.conj(self.row_guard(st.axes), self.convert(st.expr))
+        self.emit(kir.Compute(ones, op("select", cond, ir.i32(1), ir.i32(0))))
+        axes, src = list(st.axes), ones
+        while axes:
+            axis = axes.pop()
+            dst = kir.Buffer(f"{st.out.name}_by_{axes[-1]}", tuple(axes), I32) if axes else self.buffer(st.out)
+            self.emit(kir.Reduce(dst, src, axis, "sum"))
+            src = dst
+        if not st.axes:
+            self.emit(kir.Compute(self.buffer(st.out), ir.i32(0)))
+
+    # -- outputs ----------------------------------------------------------------------------------------
+    def store(self, tname, value):
+        sig = self.sigs[tname]
+        v = self.read(value)
+        accumulate = tname in self.program.accumulated(self.dyn_axis)
+        guard = self.row_guard(value.axes)
+        if value.dtype == RAW:
+            enc = v
+        elif sig.scale is not None:
+            if sig.scale.store == "float":
+                enc = ir.Encode("float32", v)
+            else:
+                enc = F.exponent_byte(v)
+                if sig.packing is None:
+                    enc = ir.Encode("uint8", enc)
+        elif sig.fmt is not None and sig.packing is not None:
+            enc = ir.Encode(sig.fmt.name, v, U32)
+        else:
+            enc = ir.Encode(sig.elem, v)
+        if sig.at:
+            pos = self.read(self.program.values[self.program.at[tname]])
+            guard = ir.conj(guard, op("ge", pos, ir.i32(0)), op("lt", pos, ir.Size(f"n_{tname}")))
+            self.emit(kir.Store(tname, (pos,), enc, value.axes, guard, accumulate=True))
+        elif sig.packing is not None:
+            self.store_packed(sig, value, enc, guard)
+        else:
+            self.emit(kir.Store(tname, self.storage(sig, self.logical(sig)), enc, value.axes, guard, accumulate,
+                                view=self.view(sig)))
+
+    def store_packed(self, sig: TensorSig, value, code, guard):
+        """Pack `codes` consecutive codes along the tensor's innermost axis into `words` words.
+
+        The codes go to a buffer that threads share (a word gathers codes that other threads computed),
+        then each packet of the innermost axis is assembled and stored; codes past the axis's extent (a
+        last, partial packet) are zero. The packet axis is tiled with the axis it packs."""
+        pk = sig.packing
+        axis, n = sig.view[-1][-1], pk.codes
+        codes = kir.Buffer(f"{sig.name}_codes", value.axes, U32, scope="shared")
+        self.emit(kir.Compute(codes, code))
+        p = f"{axis}_p"
+        self.axes[p] = kir.Axis(p, P.ceildiv(E.Name(f"N_{axis}"), E.Num(n)), packets=(axis, n))
+        group = sig.view[-1]
+        packet = ir.Index(p)
+        if len(group) > 1:
+            outer = self.group_index(group[:-1], {})
+            packet = _add(_mul(outer, ir.Size(f"N_{p}")), packet)
+            self.checks.append((E.Binary("==", E.Binary("%", E.Name(f"N_{axis}"), E.Num(n)), E.Num(0)),
+                                f"{sig.name}: {n} codes share a word, so they must not straddle axis {axis}"))
+        axes = tuple(p if a == axis else a for a in value.axes)
+        local = {a: ir.Index(a, local=True) for a in value.axes if a != axis}
+        logical = self.logical(sig)
+        for k in range(pk.words):
+            terms = None
+            for j, r, bits, sh in pk.word_pieces(k):
+                inner = _add(_mul(ir.Index(p, local=True), ir.i32(n)), ir.i32(j))
+                at = tuple(inner if a == axis else local[a] for a in value.axes)
+                valid = op("lt", _add(_mul(ir.Index(p), ir.i32(n)), ir.i32(j)), ir.Size(f"N_{axis}"))
+                term = ir.Read(codes.name, U32, at, guard=valid)
+                if r:
+                    term = op("shr", term, ir.u32(r))
+                if r + bits < pk.width:
+                    term = op("bitand", term, ir.u32((1 << bits) - 1))
+                term = op("shl", term, ir.u32(sh))
+                terms = term if terms is None else op("bitor", terms, term)
+            word_index = _add(_mul(packet, ir.i32(pk.words)), ir.i32(k)) if pk.words > 1 else packet
+            idx = logical[:-1] + (word_index,)
+            self.emit(kir.Store(sig.name, self.storage(sig, idx), ir.Encode(pk.word, terms), axes, guard))
+
+    # -- the module -------------------------------------------------------------------------------------
+    def tensor_args(self):
+        out = []
+        for name, sig in self.sigs.items():
+            if not sig.present:
+                continue
+            if sig.at:
+                out.append(kir.TensorArg(name, sig.role, sig.elem, (E.Name(f"n_{name}"),), flat=True))
+                continue
+            shape = list(sig.shape)
+            if sig.packing is not None:
+                codes, _ = sig.packet()
+                words = sig.packing.words if sig.fmt is not None else 1
+                shape[-1] = P.mul(P.ceildiv(shape[-1], E.Num(codes)), E.Num(words))
+            if sig.col_pad:
+                shape = [shape[1], P.mul(P.ceildiv(shape[0], E.Num(sig.col_pad)), E.Num(sig.col_pad))]
+            elem = sig.packing.word if sig.packing is not None else sig.elem
+            out.append(kir.TensorArg(name, sig.role, elem, tuple(shape), scale=sig.scale is not None))
+        return tuple(out)
+
+    def build(self) -> kir.Module:
+        p = self.program
+        stored = {}
+        for tname, v in p.outputs.items():
+            stored.setdefault(v.name, []).append(tname)
+        for st in p.steps:
+            try:
+                self.lower_step(st)
+            except (TypeError, KeyError, ValueError) as e:
+                raise StageError(getattr(st, "stage_index", len(self.spec.stages) - 1), str(e)) from None
+            for tname in stored.get(st.out.name, ()):
+                if tname not in self.stored_in_loop:
+                    self.store(tname, st.out)
+        spec = self.spec
+        dims = tuple(P.sym(d.name) for d in spec.dims.values() if not d.dynamic) + \
+            tuple(P.sym(x.name) for x in spec.static_params)
+        dtype_args = tuple(n for n, s in self.sigs.items() if s.role == "input" and s.multi and not s.like)
+        dynamic = ((P.sym(spec.dynamic_dim),) if spec.dynamic_dim else ()) + \
+            tuple(f"n_{n}" for n, s in self.sigs.items() if s.at and s.present)
+        keep = self.bufs[p.keep.name].name if p.keep is not None else None
+        return kir.Module(spec.name, spec.variant_name(self.variant), dict(self.axes), self.tensor_args(),
+                          (kir.Kernel("main", tuple(self.body)),), dims, dtype_args, dynamic, tuple(self.checks),
+                          keep=keep, meta={"helpers": set(self.helpers), "sigs": self.sigs, "dtypes": {
+                              n: s.dtypes for n, s in self.sigs.items() if s.role == "input" and s.multi and not s.like}})
+
+
+def _sources(st) -> set:
+    """The values a program step reads."""
+    if isinstance(st, (Map, Count)):
+        return ir.var_names(st.expr)
+    if isinstance(st, (Reduce, TopK)):
+        return {st.src.name}
+    if isinstance(st, Gather):
+        return {st.index.name}
+    return set()
+
+
+def lower_program(catalog, spec, variant, program) -> kir.Module:
+    return Lowering(catalog, spec, variant, program).build()

@@ -1,0 +1,313 @@
+"""Print a scheduled kernel-IR module as a TileLang kernel factory, for one architecture profile.
+
+The profile decides the few things that differ between targets: where tiles live (fragments or thread-local
+arrays), which loops index them (T.Parallel or T.grid), the storage type of each element format (native, or
+integer codes through the generated codecs), and whether native casts saturate. Everything else prints the
+same for every target: the CUDA and the C forms come out of this one printer.
+"""
+from __future__ import annotations
+
+from typing import Dict, List
+
+from . import ir, kir
+from . import pyexpr as P
+from .ir import F32, I32, I64, RAW, U32
+from .printers import TileLangPrinter, tl_dtype
+from .signature import INT_ELEMS, INT_STORAGE, is_native, storage
+
+_WIDTH = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32, "int64": 64}
+_SCALE_FLOAT = "float32"
+
+
+class _Kernel:
+    """Loop and block variables of the kernel being printed."""
+
+    def __init__(self, kernel: kir.Kernel, axes: Dict[str, kir.Axis]):
+        self.kernel, self.axes = kernel, axes
+
+    def split(self, axis) -> bool:
+        a = self.axes[axis]
+        base = a.packets[0] if a.packets else axis
+        return self.kernel.tile(base).split
+
+    def index(self, axis, local) -> str:
+        if local or not self.split(axis):
+            return f"i_{axis}"
+        a = self.axes[axis]
+        block_of = a.packets[0] if a.packets else axis
+        return f"(b_{block_of} * B_{axis} + i_{axis})"
+
+
+class KernelPrinter:
+    """One module (a variant, or variants merged into one factory) as a factory's source lines."""
+
+    def __init__(self, catalog, arch, module: kir.Module):
+        self.catalog, self.arch, self.m = catalog, arch, module
+        self.tensors = {t.name: t for t in module.tensors}
+        self.helpers = set(module.meta.get("helpers", ()))
+        self.dispatch: Dict[str, dict] = {}          # LOAD_x / STORE_x tables used
+        self.P = "T.Parallel" if arch.loops == "parallel" else "T.grid"
+        self.k = None
+        self.expr = TileLangPrinter(self)
+
+    # -- storage and codecs -----------------------------------------------------------------------------
+    def storage_src(self, elem: str) -> str:
+        if elem.startswith("@"):
+            self.dispatch.setdefault("STORAGE_" + elem[1:], {})
+            return "STORAGE_" + elem[1:]
+        return repr(storage(self.catalog, self.arch, elem))
+
+    def dtypes_of(self, elem):
+        return self.m.meta["dtypes"][elem[1:]]
+
+    def decode(self, elem: str, raw: str, dtype: str) -> str:
+        """Source of the value of a stored element (or of a packed code)."""
+        if elem.startswith("@"):
+            name = "LOAD_" + elem[1:]
+            self.dispatch[name] = {dt: self.loader(dt) for dt in self.dtypes_of(elem)}
+            return f"{name}({raw})"
+        if dtype == U32:                       # the zero-extended bits of an integer word (or byte)
+            mask = (1 << _WIDTH[elem]) - 1 if elem in _WIDTH else 0xFFFFFFFF
+            return f'(T.cast({raw}, "uint32") & T.uint32({mask:#x}))'
+        if elem in INT_ELEMS or elem in INT_STORAGE:
+            return f'T.cast({raw}, "{tl_dtype(dtype)}")'
+        if elem == _SCALE_FLOAT:
+            return raw
+        fmt = self.catalog.elements[elem]
+        if fmt.pack:                            # `raw` is the u32 code
+            self.helpers.add(f"decode_{elem}")
+            return f"decode_{elem}({raw})"
+        return self._decode_format(elem, raw)
+
+    def _decode_format(self, elem, raw):
+        fmt = self.catalog.elements[elem]
+        if is_native(self.catalog, self.arch, elem):
+            return raw if fmt.is_float32 else f'T.cast({raw}, "float32")'
+        self.helpers.add(f"decode_{elem}")
+        return f'decode_{elem}(T.cast({raw}, "uint32"))'
+
+    def loader(self, dt: str) -> str:
+        """`lambda v: ...` decoding a stored element of dtype `dt` (a factory-level dispatch entry)."""
+        if dt in INT_ELEMS:
+            return 'lambda v: T.cast(v, "int32")'
+        return f"lambda v: {self._decode_format(dt, 'v')}"
+
+    def encode(self, elem: str, value: str, dtype: str) -> str:
+        """Source of the stored element (or packed code) of a value."""
+        if elem.startswith("@"):
+            name = "STORE_" + elem[1:]
+            self.dispatch[name] = {dt: self.storer(dt) for dt in self.dtypes_of(elem)}
+            return f"{name}({value})"
+        if elem in INT_ELEMS or elem in INT_STORAGE:
+            if elem == "int32" and dtype == U32:
+                return f'T.reinterpret({value}, "int32")'
+            return f'T.cast({value}, "{elem}")'
+        if elem == _SCALE_FLOAT:
+            return value
+        fmt = self.catalog.elements[elem]
+        if fmt.pack:
+            self.helpers.add(f"encode_{elem}")
+            return f"encode_{elem}({value})"
+        return self._encode_format(elem, value)
+
+    def _encode_format(self, elem, value):
+        fmt = self.catalog.elements[elem]
+        if is_native(self.catalog, self.arch, elem):
+            if fmt.is_float32:
+                return value
+            if fmt.overflow == "saturate" and not self.arch.native_casts_saturate:
+                # clamp first where the conversion itself may not saturate. A NaN passes around the clamp
+                # (fmaxf would make it -max) to become the format's NaN code. (Where the conversion does
+                # saturate, the bare cast is what TileLang vectorizes: on CUDA a clamp, and more so the
+                # NaN test, turned 16-byte e4m3 stores into byte stores.)
+                m = repr(fmt.max_value)
+                clamped = f"T.clamp({value}, T.float32(-{m}), T.float32({m}))"
+                value = clamped if fmt.specials == "finite" else \
+                    f"T.if_then_else(T.isnan({value}), {value}, {clamped})"
+            return f'T.cast({value}, "{fmt.native_on(self.arch.backend)}")'
+        self.helpers.add(f"encode_{elem}")
+        return f'T.cast(encode_{elem}({value}), "{fmt.storage}")'
+
+    def storer(self, dt: str) -> str:
+        return f"lambda v: {self._encode_format(dt, 'v')}"
+
+    # -- memory nodes (TileLangPrinter's context) -------------------------------------------------------
+    def node(self, e, pr) -> str:
+        if isinstance(e, ir.Index):
+            return self.k.index(e.axis, e.local)
+        if isinstance(e, ir.Size):
+            return e.name
+        if isinstance(e, ir.Scalar):
+            return f"T.{tl_dtype(e.dtype)}({e.name})"
+        if isinstance(e, ir.Read):
+            b = self.buffers[e.buffer]
+            idx = [pr(i) for i in e.indices] if e.indices is not None else [f"i_{a}" for a in b.axes]
+            src = f"{b.name}[{', '.join(idx) or '0'}]"
+            return src if e.guard is None else f"T.if_then_else({pr(e.guard)}, {src}, {self.zero(e.dtype)})"
+        if isinstance(e, ir.Fetch):
+            src = f"{e.tensor}[{', '.join(pr(i) for i in e.indices)}]"
+            if e.guard is None:
+                return src
+            zero = f"T.cast(0, {self.storage_src(self.tensors[e.tensor].elem)})"
+            return f"T.if_then_else({pr(e.guard)}, {src}, {zero})"
+        if isinstance(e, ir.Decode):
+            arg = e.arg
+            if isinstance(arg, ir.Fetch) and arg.guard is not None:
+                # guard the decoded value, so that the decoder never sees the zero of another type
+                inner = self.decode(e.elem, pr(ir.Fetch(arg.tensor, arg.indices)), e.dtype)
+                return f"T.if_then_else({pr(arg.guard)}, {inner}, {self.zero(e.dtype)})"
+            return self.decode(e.elem, pr(arg), e.dtype)
+        if isinstance(e, ir.Encode):
+            return self.encode(e.elem, pr(e.arg), e.arg.dtype)
+        raise TypeError(e)
+
+    @staticmethod
+    def zero(dtype) -> str:
+        return {F32: "T.float32(0.0)", I32: "T.int32(0)", U32: "T.uint32(0)", I64: "T.int64(0)"}[dtype]
+
+    # -- statements -------------------------------------------------------------------------------------
+    def loop_header(self, axes) -> str:
+        blocks = [f"B_{a}" for a in axes]
+        return f"for {', '.join(f'i_{a}' for a in axes)} in {self.P}({', '.join(blocks)}):"
+
+    def target(self, st: kir.Compute) -> str:
+        at = dict(st.at)
+        return f"{st.dst.name}[{', '.join(self.expr(at[a]) if a in at else f'i_{a}' for a in st.dst.axes) or '0'}]"
+
+    def store_line(self, st: kir.Store) -> str:
+        dst = f"{st.tensor}[{', '.join(self.expr(i) for i in st.indices)}]"
+        value = self.expr(st.value)
+        return f"T.atomic_add({dst}, {value})" if st.accumulate else f"{dst} = {value}"
+
+    def elementwise(self, axes, body, ind) -> List[str]:
+        """One loop over `axes` running Computes and Stores in order; consecutive stores under one guard."""
+        lines = [ind + self.loop_header(axes)] if axes else []
+        inner = ind + "    " if axes else ind
+        i = 0
+        while i < len(body):
+            st = body[i]
+            if isinstance(st, kir.Compute):
+                lines.append(f"{inner}{self.target(st)} = {self.expr(st.value)}")
+                i += 1
+                continue
+            group = [st]
+            while i + len(group) < len(body) and isinstance(body[i + len(group)], kir.Store) and \
+                    body[i + len(group)].guard == st.guard:
+                group.append(body[i + len(group)])
+            if st.guard is None:
+                lines += [inner + self.store_line(s) for s in group]
+            else:
+                lines.append(f"{inner}if {self.expr(st.guard)}:")
+                lines += [inner + "    " + self.store_line(s) for s in group]
+            i += len(group)
+        return lines
+
+    def statement(self, st, ind) -> List[str]:
+        if isinstance(st, kir.Nest):
+            return self.elementwise(st.axes, st.body, ind)
+        if isinstance(st, kir.Compute):
+            return self.elementwise(st.axes, (st,), ind)
+        if isinstance(st, kir.Store):
+            return self.elementwise(st.axes, (st,), ind)
+        if isinstance(st, kir.Reduce):
+            clear = "" if not st.accumulate else ", clear=False"
+            return [f"{ind}T.reduce_{st.kind}({st.src.name}, {st.dst.name}, dim={st.src.axes.index(st.axis)}{clear})"]
+        if isinstance(st, kir.Fill):
+            return [f"{ind}T.fill({st.dst.name}, {self.expr(st.value)})"]
+        if isinstance(st, kir.Loop):
+            ext = self.expr(st.extent)
+            if st.kind == "unroll" and st.limit:
+                head = f"(T.unroll if {ext} <= {st.limit} else T.serial)({ext})"
+            elif st.kind == "pipelined":
+                head = f"T.Pipelined({ext}, num_stages={st.stages})"
+            else:
+                head = f"T.{st.kind}({ext})"
+            lines = [f"{ind}for {st.var} in {head}:"]
+            for sub in st.body:
+                lines += self.statement(sub, ind + "    ")
+            return lines
+        raise TypeError(st)
+
+    # -- the factory ------------------------------------------------------------------------------------
+    def alloc(self, b: kir.Buffer) -> str:
+        shape = [f"B_{a}" for a in b.axes] or ["1"]
+        dtype = self.storage_src(b.elem) if b.dtype == RAW else repr(tl_dtype(b.dtype))
+        if b.pad:
+            shape[-1] += f" + bank_pad({dtype})"
+        fn = {"tile": "T.alloc_fragment" if self.arch.tile_memory == "fragment" else "T.alloc_local",
+              "shared": "T.alloc_shared" if self.arch.tile_memory == "fragment" else "T.alloc_local",
+              "var": "T.alloc_var"}[b.scope]
+        shape_src = "(" + ", ".join(shape) + ("," if len(shape) == 1 else "") + ")"
+        return f"{b.name} = {fn}({shape_src}, {dtype})"
+
+    def grid(self, kernel):
+        split = [a for a in self.m.axes if kernel.tile(a).split and not self.m.axes[a].packets]
+        exts = [f"T.ceildiv(N_{a}, B_{a})" for a in split]
+        if kernel.persistent:
+            return ["blocks"], ["bid"], []
+        if not exts:
+            return ["1"], ["_b"], []
+        if len(exts) < 2:
+            return exts, [f"b_{split[0]}"], []
+        ids = []
+        for i, a in enumerate(split):
+            inner = " * ".join(exts[i + 1:])
+            idx = f"pid // ({inner})" if inner else "pid"
+            ids.append(f"b_{a} = {idx} % {exts[i]}" if i else f"b_{a} = {idx}")
+        return [" * ".join(exts)], ["pid"], ids
+
+    def kernel_lines(self, kernel: kir.Kernel, ind) -> List[str]:
+        self.k = _Kernel(kernel, self.m.axes)
+        self.buffers = kir.buffers(kernel.body)
+        exts, ids, block_ids = self.grid(kernel)
+        lines = [f"{ind}with T.Kernel({', '.join(exts)}, threads=threads) as ({', '.join(ids)},):"]
+        inner = ind + "    "
+        lines += [inner + b for b in block_ids]
+        lines += [inner + self.alloc(b) for b in self.buffers.values()]
+        for st in kernel.body:
+            lines += self.statement(st, inner)
+        return lines
+
+    def factory(self, name: str, choices=()) -> List[str]:
+        """The lines of `def <name>(...)`: sizes, checks and dispatch tables, then the prim_func."""
+        m = self.m
+        body = []
+        for k in m.kernels:
+            body += self.kernel_lines(k, " " * 8)
+        args = list(m.dims) + [f"{n}_dtype" for n in m.dtype_args] + list(choices)
+        knobs = ", ".join(f"{n}={v!r}" for n, v in m.knobs)
+        head = [f"def {name}({', '.join(args)}{', *, ' + knobs if knobs else ''}):"]
+        pre = [f'{d} = T.dynamic("{d.rstrip("_")}")' if not d.startswith("n_") else f'{d} = T.dynamic("{d}")'
+               for d in m.dynamic]
+        pre += [f"N_{a} = {P.py_expr(ax.extent)}" for a, ax in m.axes.items()]
+        for k in m.kernels:
+            pre += [f"B_{a} = {P.py_expr(t.block)}" for a, t in k.tiles if t.block is not None]
+        for cond, msg in m.checks:
+            pre += [f"if not ({P.py_expr(cond)}):", f"    raise ValueError({msg!r})"]
+        for n in m.dtype_args:
+            table = {dt: storage(self.catalog, self.arch, dt) for dt in m.meta["dtypes"][n]}
+            pre.append(f"STORAGE_{n} = {table!r}[{n}_dtype]")
+        for tname, table in sorted(self.dispatch.items()):
+            if tname.startswith("STORAGE_"):
+                continue
+            owner = tname.split("_", 1)[1]
+            if len(table) == 1:
+                pre.append(f"{tname} = {next(iter(table.values()))}")
+            else:
+                entries = ", ".join(f"{dt!r}: {fn}" for dt, fn in table.items())
+                pre.append(f"{tname} = {{{entries}}}[{owner}_dtype]")
+        params = [f"        {t.name}: T.Tensor({self.shape(t)}, {self.storage_src(t.elem)})," for t in m.tensors]
+        return head + ["    " + line for line in pre] + ["", "    @T.prim_func", "    def kernel(", *params, "    ):"] + \
+            body + ["", "    return kernel"]
+
+    @staticmethod
+    def shape(t: kir.TensorArg) -> str:
+        dims = [P.py_expr(s) for s in t.shape]
+        return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+def print_factory(catalog, arch, module: kir.Module, name: str, choices=()):
+    """(lines of the factory, helper names it calls)."""
+    p = KernelPrinter(catalog, arch, module)
+    lines = p.factory(name, choices)
+    return lines, p.helpers

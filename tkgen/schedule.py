@@ -1,0 +1,373 @@
+"""Schedules: the data that says how a naive kernel-IR module runs on a target, and the rewrites that apply it.
+
+A schedule is resolved in layers, each overriding the one before (`resolve`): the profile's `threads`, the
+spec's `default` block, the spec's block for the arch, then the profile's `tuned[<op>]` written by `tkgen
+tune`. The rewrites, in the order `apply` runs them:
+
+1. `plan_tiles`: how each axis is held (whole, padded to a power of two, split across blocks) and the
+   factory's knobs (`threads`, `block_<axis>`, `tile_elems`);
+2. `guard_out_of_range`: where a tile reaches past its axis (the rows of a last partial block, padding),
+   tensors are neither read nor written, and what a reduction over that axis reads there is its neutral
+   value;
+3. `mask_nan_reductions`: on targets whose max does not skip NaN, max-type reductions read a copy with
+   NaNs replaced by the neutral value;
+4. `stage_transposed_stores`: a store whose innermost storage dim is not the tile's innermost axis goes
+   through shared memory, so that consecutive threads write consecutive addresses;
+5. `inline_stored`: a computed value that is only stored is computed where it is stored;
+6. `fuse`: consecutive elementwise statements over the same axes share one loop (loads keep their own,
+   which TileLang then vectorizes to 16 bytes).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Set
+
+from . import expr as E
+from . import ir, kir
+from . import pyexpr as P
+from .ir import F32, op
+from .lower import neutral
+from .signature import storage
+
+KNOB_BLOCK = "block_{}"
+
+
+def resolve(spec, arch) -> dict:
+    """Profile defaults, then the spec's default schedule, then its block for this arch, then tuned data."""
+    sched = {"threads": arch.threads}
+    for layer in (spec.schedule.get("default", {}), spec.schedule.get(arch.name, {}),
+                  arch.tuned.get(spec.name, {})):
+        for k, v in layer.items():
+            sched[k] = {**sched.get(k, {}), **v} if isinstance(v, dict) else v
+    return sched
+
+
+# -- 1. tiles ---------------------------------------------------------------------------------------------
+def _view_inner_axes(spec, used) -> set:
+    """Axes that are not the major axis of a split tensor dim must be whole (their index is not tiled)."""
+    inner = set()
+    for t in spec.tensors.values():
+        for group in t.resolved({}).view if t.role == "output" else t.view:
+            live = [a for a in group if a in used]     # an axis held at a fixed index is not the major
+            inner.update(live[1:])
+    return inner
+
+
+def _pack_multiple(module, axis) -> int:
+    return max([a.packets[1] for a in module.axes.values() if a.packets and a.packets[0] == axis] or [1])
+
+
+def plan_tiles(module: kir.Module, spec, program, arch, sched):
+    """(tiles in sizing order, knobs, checks). Whole axes (reduced, top-k'd, inner parts of a split tensor
+    dim, counted, `all`) are sized first, then the rows, then axes with explicit sizes, and last `auto`
+    axes, which grow to the tile budget."""
+    block = dict(sched.get("block", {}))
+    knobs = [("threads", sched.get("threads", arch.threads))]
+    checks = []
+    used = program.used_axes
+    dyn = next(iter(spec.axes)) if spec.dynamic_dim else None
+    counted = {a for n in program.counts for a in program.values[n].axes}
+    inner = _view_inner_axes(spec, used)
+    kinds = {}
+    for name in spec.axes:
+        if name not in used:
+            continue            # only indexed at a fixed position (`take`): no tile extent, no loop
+        want = block.get(name, 1 if name == dyn else "auto")
+        if name == dyn:
+            kinds[name] = ("dyn", want if isinstance(want, int) else 1)
+        elif name in program.whole_axes or name in inner or want == "all" or name in counted:
+            kinds[name] = ("whole", None)
+        else:
+            kinds[name] = ("auto", None) if want == "auto" else ("fixed", want)
+    tiles, split = [], []
+    order = list(kinds)
+    for rank in ("whole", "dyn", "fixed", "auto"):
+        for name, (kind, size) in kinds.items():
+            if kind != rank:
+                continue
+            n_ = E.Name(f"N_{name}")
+            if kind == "whole":
+                padded = arch.pad_reduced and name in program.whole_axes and name not in counted
+                # warp reductions want a power-of-two extent; the padding is never loaded or stored
+                tiles.append((name, kir.Tile(P.call("pad_pow2", n_) if padded else n_, False, padded)))
+                continue
+            split.append(name)
+            if kind in ("dyn", "fixed"):
+                knobs.append((KNOB_BLOCK.format(name), size))
+                tiles.append((name, kir.Tile(E.Name(KNOB_BLOCK.format(name)), True)))
+                if kind == "fixed":
+                    checks.append((E.Binary("==", E.Binary("%", n_, E.Name(f"B_{name}")), E.Num(0)),
+                                   f"block size of axis {name} must divide its extent"))
+            else:
+                sized = [o for o, (k, _) in kinds.items() if k != "auto" or order.index(o) < order.index(name)]
+                others = E.Num(1)
+                for o in sized:
+                    others = P.mul(others, E.Name(f"B_{o}")) if others != E.Num(1) else E.Name(f"B_{o}")
+                cap = P.call("max", E.Num(1), E.Binary("//", E.Name("tile_elems"), others))
+                tiles.append((name, kir.Tile(P.call("pick_block", n_, cap, E.Num(_pack_multiple(module, name))),
+                                             True)))
+    if len(split) > 3:
+        raise ValueError(f"{spec.name}: at most three axes can be split across blocks, not {split}")
+    if any(k == "auto" for k, _ in kinds.values()):
+        knobs.append(("tile_elems", sched.get("tile_elems", arch.tile_elems)))
+    for name, ax in module.axes.items():          # packets are tiled with the axis they pack
+        if ax.packets:
+            base, n = ax.packets
+            t = dict(tiles)[base]
+            tiles.append((name, kir.Tile(P.ceildiv(E.Name(f"B_{base}"), E.Num(n)), t.split)))
+    return tiles, knobs, checks
+
+
+# -- 2. out of range --------------------------------------------------------------------------------------
+def axes_of(e: ir.Expr, bufs: Dict[str, kir.Buffer]) -> Set[str]:
+    """The axes an expression's value depends on: the indices it names and the axes of what it reads."""
+    out = set()
+    for n in ir.walk(e):
+        if isinstance(n, ir.Index):
+            out.add(n.axis)
+        elif isinstance(n, ir.Read) and n.indices is None:
+            out.update(bufs[n.buffer].axes)
+    return out
+
+
+def _in_range(axis, module):
+    a = module.axes[axis]
+    if a.packets:      # a packet lies in range when its first code does
+        base, n = a.packets
+        return op("lt", op("mul", ir.Index(axis), ir.i32(n)), ir.Size(f"N_{base}"))
+    return op("lt", ir.Index(axis), ir.Size(f"N_{axis}"))
+
+
+def guard_out_of_range(body, module: kir.Module, ranged: Set[str], covered: Dict[str, str]):
+    """Guard tensor reads and writes at tile positions past an axis's extent (`ranged` axes), and make
+    every buffer a reduction over such an axis reads hold the reduction's neutral value there.
+
+    `covered`: axis -> an axis whose presence means a semantic guard already excludes those positions (the
+    rows inside a row block: `b * N_r + r < T` also rules out blocks past the end)."""
+    if not ranged:
+        return list(body)
+    bufs = kir.buffers(body)
+
+    def conds(axes):
+        return ir.conj(*[_in_range(a, module) for a in sorted(ranged, key=list(module.axes).index)
+                         if a in axes and covered.get(a) not in axes])
+
+    def guard_fetches(e):
+        def fn(n):
+            if isinstance(n, ir.Fetch):
+                extra = conds(set().union(*[axes_of(i, bufs) for i in n.indices]))
+                if extra is not None:
+                    return dataclasses.replace(n, guard=ir.conj(n.guard, extra))
+            return None
+        return ir.rebuild(e, fn)
+
+    def walk(stmts):
+        out = []
+        for st in stmts:
+            if isinstance(st, kir.Compute):
+                st = dataclasses.replace(st, value=guard_fetches(st.value))
+            elif isinstance(st, kir.Store):
+                st = dataclasses.replace(st, value=guard_fetches(st.value), guard=ir.conj(st.guard, conds(set(st.axes))))
+            elif isinstance(st, kir.Loop):
+                st = dataclasses.replace(st, body=tuple(walk(st.body)))
+            out.append(st)
+        return out
+    body = walk(body)
+    return _neutral_where_reduced(body, module, ranged, covered)
+
+
+def _zero_outside(body, ranged) -> Set[str]:
+    """Buffers that hold 0 wherever a ranged axis runs past its extent: guarded loads, and absmax or sum
+    reductions of such buffers."""
+    zero = set()
+    for st in kir.statements(body):
+        if isinstance(st, kir.Compute) and not st.at and isinstance(st.value, ir.Decode) and \
+                isinstance(st.value.arg, ir.Fetch) and st.value.arg.guard is not None:
+            zero.add(st.dst.name)
+        elif isinstance(st, kir.Reduce) and st.kind in ("absmax", "sum") and st.src.name in zero:
+            zero.add(st.dst.name)
+    return zero
+
+
+def _neutral_where_reduced(body, module, ranged, covered):
+    """Each buffer that a reduction over a ranged axis reads: every Compute writing it takes the neutral
+    value past the extent (a buffer reduced with two different neutral values, or written by a reduction,
+    gets a masked copy per reduction instead)."""
+    zero = _zero_outside(body, ranged)
+    need: Dict[str, Dict[str, str]] = {}        # buffer -> {ranged axis: reduction kind}
+    for st in kir.statements(body):
+        if isinstance(st, kir.Reduce) and st.axis in ranged:
+            if (st.kind in ("absmax", "sum") and st.src.name in zero) or st.src.pad_safe:
+                continue
+            need.setdefault(st.src.name, {})[st.axis] = st.kind
+    # a reduction of the same kind over another axis is neutral where its source is: the need moves to the
+    # source (the ones of a count, reduced axis by axis, are masked once)
+    producers = {st.dst.name: st for st in kir.statements(body) if isinstance(st, kir.Reduce)}
+    moved = True
+    while moved:
+        moved = False
+        for name in list(need):
+            st, kinds = producers.get(name), set(need[name].values())
+            if st is not None and kinds == {st.kind} and st.kind != "absmax" and st.src.name not in zero:
+                need.setdefault(st.src.name, {}).update(need.pop(name))
+                moved = True
+    copies = {b for b, m in need.items() if len(set(m.values())) > 1 or b in producers}
+
+    def in_range(axes):
+        return ir.conj(*[_in_range(a, module) for a in sorted(axes, key=list(module.axes).index)])
+
+    def walk(stmts):
+        out = []
+        for st in stmts:
+            if isinstance(st, kir.Compute) and st.dst.name in need and st.dst.name not in copies:
+                kind = next(iter(need[st.dst.name].values()))
+                st = dataclasses.replace(st, value=op("select", in_range(need[st.dst.name]), st.value,
+                                                      neutral(kind, st.dst.dtype)))
+            elif isinstance(st, kir.Reduce) and st.src.name in copies and st.axis in need[st.src.name]:
+                masked = kir.Buffer(f"{st.src.name}_for_{st.kind}_over_{st.axis}", st.src.axes, st.src.dtype)
+                out.append(kir.Compute(masked, op("select", _in_range(st.axis, module),
+                                                  ir.Read(st.src.name, st.src.dtype), neutral(st.kind, st.src.dtype))))
+                st = dataclasses.replace(st, src=masked)
+            elif isinstance(st, kir.Loop):
+                st = dataclasses.replace(st, body=tuple(walk(st.body)))
+            out.append(st)
+        return out
+    return walk(body)
+
+
+# -- 3. NaN in max reductions -----------------------------------------------------------------------------
+def mask_nan_reductions(body):
+    """Max-type float reductions read a copy with NaN replaced by the neutral value (the C target's max
+    keeps whichever operand its comparison picks, so a NaN last in a row would win); every target then
+    skips NaN, as the reference does."""
+    out = []
+    for st in body:
+        if isinstance(st, kir.Reduce) and st.kind != "sum" and st.src.dtype == F32:
+            masked = kir.Buffer(f"{st.src.name}_for_{st.kind}_over_{st.axis}", st.src.axes, F32)
+            src = ir.Read(st.src.name, F32)
+            out.append(kir.Compute(masked, op("select", op("isnan", src), neutral(st.kind, F32), src)))
+            st = dataclasses.replace(st, src=masked)
+        elif isinstance(st, kir.Loop):
+            st = dataclasses.replace(st, body=tuple(mask_nan_reductions(st.body)))
+        out.append(st)
+    return out
+
+
+# -- 4. transposed stores ---------------------------------------------------------------------------------
+def _index_axes(e) -> List[str]:
+    return [n.axis for n in ir.walk(e) if isinstance(n, ir.Index)]
+
+
+def stage_transposed_stores(body, module: kir.Module):
+    """A store whose innermost storage dim is not indexed by the tile's innermost axis (consecutive
+    threads would write addresses a row apart) is staged in shared memory in the tile's own order, each
+    row padded by 16 bytes, and a second loop over the tensor's order stores it."""
+    out = []
+    for st in body:
+        t = module.tensor(st.tensor) if isinstance(st, kir.Store) else None
+        if t is None or t.scale or t.flat or st.accumulate or not st.axes or \
+                st.axes[-1] in _index_axes(st.indices[-1]):
+            out.append(st)
+            continue
+        stage = kir.Buffer(f"{st.tensor}_staged", st.axes, ir.RAW, scope="shared", elem=t.elem, pad=16)
+        order = []
+        for i in st.indices:
+            order += [a for a in _index_axes(i) if a not in order]
+        order += [a for a in st.axes if a not in order]
+        out.append(kir.Compute(stage, st.value))
+        out.append(dataclasses.replace(st, value=ir.Read(stage.name, ir.RAW), axes=tuple(order)))
+    return out
+
+
+# -- 5. inlining ------------------------------------------------------------------------------------------
+def inline_stored(body, keep=None):
+    """A Compute whose buffer only Stores over the same axes read (and that reads no tensor) is computed
+    in those stores."""
+    readers: Dict[str, list] = {}
+    writers: Dict[str, int] = {}
+    for st in kir.statements(body):
+        for e in kir.exprs(st):
+            for n in ir.walk(e):
+                if isinstance(n, ir.Read):
+                    readers.setdefault(n.buffer, []).append((st, n.indices is None and n.guard is None))
+        for f in ("dst",):
+            b = getattr(st, f, None)
+            if isinstance(b, kir.Buffer):
+                writers[b.name] = writers.get(b.name, 0) + 1
+        if isinstance(st, kir.Reduce):
+            readers.setdefault(st.src.name, []).append((st, False))
+    inlined = {}
+    for st in body:
+        if not isinstance(st, kir.Compute) or st.at or ir.fetches(st.value) or st.dst.name == keep or \
+                writers.get(st.dst.name) != 1:
+            continue
+        rs = readers.get(st.dst.name, [])
+        if rs and all(isinstance(r, kir.Store) and plain and tuple(r.axes) == st.dst.axes and r in body for r, plain in rs):
+            inlined[st.dst.name] = st.value
+    if not inlined:
+        return list(body)
+
+    def sub(e):
+        return ir.rebuild(e, lambda n: inlined.get(n.buffer) if isinstance(n, ir.Read) and n.indices is None else None)
+    out = []
+    for st in body:
+        if isinstance(st, kir.Compute) and st.dst.name in inlined:
+            continue
+        if isinstance(st, kir.Store):
+            st = dataclasses.replace(st, value=sub(st.value))
+        out.append(st)
+    return out
+
+
+# -- 6. loop fusion ---------------------------------------------------------------------------------------
+def fuse(body):
+    """Consecutive Computes and Stores over the same axes share one loop; a load (a Compute that reads a
+    tensor) gets a loop of its own: TileLang then vectorizes it to 16 bytes on sm_90a (a loop that also
+    loads or computes other tiles gets 8-byte accesses)."""
+    out, open_ = [], None
+    for st in body:
+        if isinstance(st, kir.Loop):
+            out.append(dataclasses.replace(st, body=tuple(fuse(st.body))))
+            open_ = None
+            continue
+        if not isinstance(st, (kir.Compute, kir.Store)) or (isinstance(st, kir.Compute) and st.at):
+            out.append(st)
+            open_ = None
+            continue
+        axes = tuple(st.axes)
+        load = isinstance(st, kir.Compute) and bool(ir.fetches(st.value))
+        if load or open_ is None or open_.axes != axes:
+            open_ = kir.Nest(axes, (st,))
+            out.append(open_)
+        else:
+            open_ = kir.Nest(axes, open_.body + (st,))
+            out[-1] = open_
+        if load:
+            open_ = None
+    return out
+
+
+# -- the schedule -----------------------------------------------------------------------------------------
+def apply(module: kir.Module, spec, program, catalog, arch, sched) -> kir.Module:
+    """The module rewritten for `arch` under schedule `sched` (see the module docstring)."""
+    tiles, knobs, checks = plan_tiles(module, spec, program, arch, sched)
+    tile_of = dict(tiles)
+    dyn = next(iter(spec.axes)) if spec.dynamic_dim else None
+    ranged = {a for a, t in tiles if t.padded}
+    if dyn in tile_of:
+        ranged.add(dyn)
+    covered = {dyn: spec.row_inner} if spec.row_inner else {}
+    kernel = module.kernels[0]
+    body = guard_out_of_range(kernel.body, module, ranged, covered)
+    if not arch.max_skips_nan:
+        body = mask_nan_reductions(body)
+    body = stage_transposed_stores(body, module)
+    body = inline_stored(body, module.keep)
+    body = fuse(body)
+    kernel = dataclasses.replace(kernel, body=tuple(body), tiles=tuple(tiles))
+    return module.replace(kernels=(kernel,), knobs=tuple(knobs), checks=module.checks + tuple(checks))
+
+
+def bank_pad_elems(catalog, arch, elem) -> int:
+    from .formats import ITEMSIZE
+    return 16 // ITEMSIZE[storage(catalog, arch, elem)]
