@@ -26,7 +26,7 @@ def fail_key(doc, path, problem):
 # -- operators ----------------------------------------------------------------------------------------
 def check_op(doc, spec):
     """Every check of an operator spec that the model's resolution of names does not already make."""
-    check_names(doc, spec)
+    check_value_names(doc, spec)
     check_variants(doc, spec)
     kinds = _name_kinds(spec)
     check_expressions(doc, spec, kinds)
@@ -40,20 +40,30 @@ def check_op(doc, spec):
     check_backward_names(doc, spec)
 
 
-def check_names(doc, spec):
-    """Names become Python identifiers: strict pattern, no keyword, builtin or name generated code uses."""
+def check_declared_names(doc):
+    """Declared names become Python identifiers, and string choices parts of them: a strict pattern, no
+    keyword, builtin or name the generated code uses. Checked first, on the file's data, so that a hostile
+    name is reported where it is written, before anything looks it up."""
     d = doc.data
     fail(doc, ("op",), S.name_problem(d["op"]))
     fail(doc, ("family",), S.name_problem(d["family"]))
-    inputs = list(spec.inputs)
+    axes, inputs = list(d["axes"]), list(d["inputs"])
     for section, kind in (("params", "name"), ("dims", "dim"), ("axes", "name"), ("inputs", "name"),
                           ("outputs", "name")):
         for name in d.get(section, {}):
-            fail_key(doc, (section, name), S.name_problem(name, kind) or
-                     S.lowering_name_problem(name, spec.axes, inputs))
+            fail_key(doc, (section, name), S.name_problem(name, kind) or S.lowering_name_problem(name, axes, inputs))
+    for name, p in d.get("params", {}).items():
+        choices = p.get("one_of", ())
+        if choices and all(isinstance(v, str) for v in choices):
+            for i, v in enumerate(choices):
+                fail(doc, ("params", name, "one_of", i), S.fragment_problem(v))
+
+
+def check_value_names(doc, spec):
+    """The values compute statements assign are Python names in kernels and references."""
     for st in spec.stages:
         for target in st.targets:
-            fail(doc, ("compute", st.index), S.name_problem(target) or S.lowering_name_problem(target, spec.axes, inputs))
+            fail(doc, ("compute", st.index), S.name_problem(target) or S.lowering_name_problem(target, spec.axes, spec.inputs))
 
 
 def check_variants(doc, spec):
@@ -63,13 +73,13 @@ def check_variants(doc, spec):
         count *= len(p.choices)
     count *= 2 ** (len(spec.optional_inputs) + len(spec.optional_params))
     if count > S.MAX_VARIANTS:
-        raise doc.error(("params",), f"{count} variants (structural params times optional inputs and params); "
+        raise doc.key_error(("params",), f"{count} variants (structural params times optional inputs and params); "
                                      f"at most {S.MAX_VARIANTS}")
     seen = {}
     for v in spec.variants():
         name = spec.variant_name(v)
         if name in seen:
-            raise doc.error(("params",), f"two variants are both named {name!r} ({seen[name]} and {v}); "
+            raise doc.key_error(("params",), f"two variants are both named {name!r} ({seen[name]} and {v}); "
                                          "rename a value so that joined with `_` they differ")
         seen[name] = v
 

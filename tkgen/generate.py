@@ -46,7 +46,10 @@ def _header(primary: str, sources) -> str:
 
 
 def _rel(catalog, path: Path) -> str:
-    return path.resolve().relative_to(catalog.root.resolve().parent).as_posix()
+    """A spec's path as generated files name it: relative to the specs directory's parent (a file
+    validated from elsewhere keeps its own path)."""
+    path, base = path.resolve(), catalog.root.resolve().parent
+    return path.relative_to(base).as_posix() if path.is_relative_to(base) else path.as_posix()
 
 
 def schedule_for(spec, arch) -> dict:

@@ -33,7 +33,7 @@ class SpecError(ValueError):
 
     def __init__(self, path, line, col, field_path, message):
         self.path, self.line, self.col, self.field_path, self.message = path, line, col, field_path, message
-        fp = "/".join(str(p) for p in field_path) or "(top level)"
+        fp = "/".join(safety.comment(p) for p in field_path) or "(top level)"   # keys are data too
         super().__init__(f"{path}:{line}:{col}: {fp}: {message}")
 
 
@@ -329,6 +329,21 @@ def _schema_error(doc, err) -> SpecError:
     return doc.error(where, _explain(err))
 
 
+def _kind(schema) -> str:
+    """A schema of one value in words: `an integer >= 1`, `one of auto, all`."""
+    if "enum" in schema:
+        return f"one of {listing(schema['enum'])}"
+    words = {"integer": "an integer", "boolean": "a boolean", "string": "a string", "number": "a number",
+             "object": "a mapping", "array": "a list"}
+    kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    text = " or ".join(words.get(k, k) for k in kinds)
+    if "minimum" in schema and "maximum" in schema:
+        return f"{text} in [{schema['minimum']}, {schema['maximum']}]"
+    if "minimum" in schema or "maximum" in schema:
+        return f"{text} {'>=' if 'minimum' in schema else '<='} {schema.get('minimum', schema.get('maximum'))}"
+    return text
+
+
 def _explain(err) -> str:
     """Turn a jsonschema error into the sentence 'expected ..., found ...' (values shown cut short)."""
     v = err.validator
@@ -349,6 +364,8 @@ def _explain(err) -> str:
         what = "entries" if "Items" in v else "fields"
         most = "at least" if v.startswith("min") else "at most"
         return f"expected {most} {err.validator_value} {what}, found {len(err.instance)}"
+    if v == "oneOf" and all("type" in alt or "enum" in alt for alt in err.validator_value):
+        return f"expected {' or '.join(map(_kind, err.validator_value))}, found {short(err.instance)}"
     if v == "oneOf" and all(set(alt) == {"required"} and len(alt["required"]) == 1 for alt in err.validator_value):
         fields = [alt["required"][0] for alt in err.validator_value]
         given = [f for f in fields if isinstance(err.instance, dict) and f in err.instance]

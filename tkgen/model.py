@@ -375,6 +375,7 @@ def build_arch(doc: Document) -> Arch:
 
 def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpec:
     d = doc.data
+    checks.check_declared_names(doc)
     taken = {}
     layouts = layouts or {}
 
@@ -650,9 +651,8 @@ def validate_document(doc: Document, base: Optional[Catalog]):
     if base is None:
         raise SpecError(doc.path, 1, 1, (), "operator specs need the formats and archs of a specs directory")
     spec = build_op(doc, base.elements, base.scales, set(base.archs), base.layouts)
-    others = {n: o for n, o in base.ops.items() if o.path.resolve() != doc.path.resolve()}
-    if spec.name in others:
-        raise doc.error(("op",), f"operator {spec.name!r} is already defined in {others[spec.name].path}")
+    # the file stands for its op: it replaces the catalog's op of that name (an edited copy of a spec)
+    others = {n: o for n, o in base.ops.items() if o.path.resolve() != doc.path.resolve() and n != spec.name}
     catalog = dataclasses.replace(base, ops={**others, spec.name: spec},
                                   documents={**base.documents, doc.path: doc})
     from .autograd import plan
