@@ -408,17 +408,20 @@ class _Audit:
 
 
 def _nodes(tree):
-    """Every node of the tree (ast.walk, without its per-node generator overhead)."""
+    """Every node of the tree in source order (a preorder walk, so that the first violation found is the
+    first in the file; ast.walk is breadth-first and slower)."""
     out, stack, AST = [], [tree], ast.AST
     while stack:
         node = stack.pop()
         out.append(node)
+        children = []
         for field in node._fields:
             value = getattr(node, field, None)
             if type(value) is list:
-                stack.extend(v for v in value if isinstance(v, AST))
+                children.extend(v for v in value if isinstance(v, AST))
             elif isinstance(value, AST):
-                stack.append(value)
+                children.append(value)
+        stack.extend(reversed(children))
     return out
 
 
