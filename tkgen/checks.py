@@ -126,6 +126,10 @@ def check_expressions(doc, spec, kinds):
         if kind != want:
             raise doc.error(path, f"expected {'a condition (a comparison, `and`, `or`, `not`)' if want == 'bool' else 'an integer expression'}, "
                                   f"found {kind} {short(E.to_source(node))}")
+        call = _unprintable_call(node)
+        if call is not None:
+            raise doc.error(path, f"{call.fn}() cannot be generated in shapes, sizes and requirements; use "
+                                  f"{listing(sorted(PRINTABLE_FUNCTIONS))}", col_offset=call.col)
         zero = E.zero_divisor(node)
         if zero is not None:
             raise doc.error(path, f"division by zero in {short(E.to_source(zero))}", col_offset=zero.col)
@@ -135,6 +139,20 @@ def check_expressions(doc, spec, kinds):
             except (ValueError, ArithmeticError) as e:
                 raise doc.error(path, f"{short(E.to_source(node))}: {e}") from None
             fail(doc, path, S.int_problem(value, 1, S.MAX_SIZE, "a size"))
+
+
+# the functions of constant expressions that generated code can print (tkgen/lower_kernel.py: py_expr)
+PRINTABLE_FUNCTIONS = frozenset({"min", "max", "ceildiv", "align"})
+
+
+def _unprintable_call(node):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, E.Call) and n.fn not in PRINTABLE_FUNCTIONS:
+            return n
+        stack.extend(E.children(n))
+    return None
 
 
 def _size_names(spec):
