@@ -63,7 +63,8 @@ def check_value_names(doc, spec):
     """The values compute statements assign are Python names in kernels and references."""
     for st in spec.stages:
         for target in st.targets:
-            fail(doc, ("compute", st.index), S.name_problem(target) or S.lowering_name_problem(target, spec.axes, spec.inputs))
+            problem = S.name_problem(target) or S.lowering_name_problem(target, spec.axes, spec.inputs)
+            fail(doc, ("compute", st.index), problem)
 
 
 def check_variants(doc, spec):
@@ -124,8 +125,8 @@ def check_expressions(doc, spec, kinds):
             raise doc.error(path, e.message, col_offset=e.col) from None
         want = "bool" if what == "condition" else "int"
         if kind != want:
-            raise doc.error(path, f"expected {'a condition (a comparison, `and`, `or`, `not`)' if want == 'bool' else 'an integer expression'}, "
-                                  f"found {kind} {short(E.to_source(node))}")
+            expected = "a condition (a comparison, `and`, `or`, `not`)" if want == "bool" else "an integer expression"
+            raise doc.error(path, f"expected {expected}, found {kind} {short(E.to_source(node))}")
         call = _unprintable_call(node)
         if call is not None:
             raise doc.error(path, f"{call.fn}() cannot be generated in shapes, sizes and requirements; use "
@@ -208,8 +209,8 @@ def check_choices(doc, spec, p, lo):
     strings = all(isinstance(v, str) for v in p.choices)
     for i, v in enumerate(p.choices):
         if strings:
-            fail(doc, base + (i,), S.fragment_problem(v))
-        elif isinstance(v, str) and v not in spec.dims:
+            continue                     # parts of generated names: checked with the declared names
+        if isinstance(v, str) and v not in spec.dims:
             raise doc.error(base + (i,), f"{v!r}: a string among numbers names a dim; dims are {listing(spec.dims)}")
         elif not isinstance(v, (str, bool)):
             fail(doc, base + (i,), S.int_problem(v, lo, S.MAX_SIZE, "a size or group" if lo == 1 else "an integer"))
@@ -218,7 +219,8 @@ def check_choices(doc, spec, p, lo):
             raise doc.error(base + (i,), f"{short(v)} is listed twice")
     default = doc.data["params"][p.name].get("default")
     if default is not None and not any(type(default) is type(v) and default == v for v in p.choices):
-        raise doc.error(("params", p.name, "default"), f"default {short(default)} is not one of {listing(map(repr, p.choices))}")
+        raise doc.error(("params", p.name, "default"),
+                        f"default {short(default)} is not one of {listing(map(repr, p.choices))}")
 
 
 def check_dims(doc, spec):
