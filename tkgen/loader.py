@@ -153,7 +153,8 @@ class _Builder:
         if self.nodes > safety.MAX_YAML_NODES:
             raise _Fail(event.start_mark, path, f"more than {safety.MAX_YAML_NODES} YAML nodes in one file")
 
-    def attach(self, path, value, nodes, mark):
+    def attach(self, value, nodes):
+        """Put a finished node into its parent (or make it the document)."""
         if not self.stack:
             self.root = value
             return
@@ -164,7 +165,6 @@ class _Builder:
         else:
             top.value[top.key] = value
             top.key = None
-        self.marks.setdefault(path, mark)
 
     @staticmethod
     def check_tag(event, path):
@@ -191,7 +191,7 @@ class _Builder:
         if frame.anchor is not None:
             self.open_anchors.discard(frame.anchor)
             self.anchors[frame.anchor] = (frame.value, frame.nodes)
-        self.attach(frame.path, frame.value, frame.nodes, self.marks[frame.path])
+        self.attach(frame.value, frame.nodes)
 
     def scalar(self, event):
         path = self.place(event)
@@ -205,7 +205,7 @@ class _Builder:
         if event.anchor is not None:
             self.anchors[event.anchor] = (value, 1)
         self.marks[path] = mark
-        self.attach(path, value, 1, mark)
+        self.attach(value, 1)
 
     def key(self, event, value, mark):
         top = self.stack[-1]
@@ -232,7 +232,7 @@ class _Builder:
         self.count(event, nodes, path)
         mark = (event.start_mark.line + 1, event.start_mark.column + 1)
         self.marks[path] = mark
-        self.attach(path, value, nodes, mark)     # shared, not copied: the bound above is the whole cost
+        self.attach(value, nodes)     # shared, not copied: the bound above is the whole cost
 
 
 def _scalar_value(event, path):

@@ -4,11 +4,11 @@ Two halves, one module:
 
 * **Typed values.** The rules every spec value must satisfy before an emitter sees it: names (a strict
   pattern, no Python keyword, builtin or name the generated modules use), dtype names (fixed tables),
-  numbers (finite, bounded), free text (emitted only as a literal: `py_str`, `docstring`, `comment`).
+  numbers (finite, bounded), free text (emitted only as a literal: `repr`, `docstring`, `comment`).
   The loader and the model apply them at the value's line and column; emitters never see a value that
   broke one.
 * **The audit.** `audit_module` parses every generated module with `ast` before anything is written
-  (`generate.render_all`) and rejects whatever lies outside what the templates emit: imports from other
+  (`generate.write`, and `validate` on what it renders) and rejects whatever lies outside what the templates emit: imports from other
   modules, dunder or private attributes, names that are neither bound in the module nor allowlisted
   builtins, builtins like `eval` or `open`, attributes of `torch` / `T` / `st` outside their tables,
   bindings that shadow an imported name or a builtin. So a new emitter, or a new spec field that reaches
@@ -147,11 +147,6 @@ def float_problem(value, allow_inf: bool = False, lo: float = -FLOAT32_MAX, hi: 
 
 
 # -- free text ----------------------------------------------------------------------------------------
-def py_str(text: str) -> str:
-    """A Python string literal holding `text` exactly."""
-    return repr(str(text))
-
-
 def docstring(text: str) -> str:
     """`text` as the body of a \"\"\"...\"\"\" literal with the same value: backslashes and quotes that
     would end it are escaped (text without them is unchanged)."""
