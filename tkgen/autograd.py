@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from . import expr as E
+from .safety import listing, short
 
 
 @dataclass
@@ -29,16 +30,20 @@ class AutogradPlan:
 def _source(spec, text, saved, path, err):
     """A backward argument's source: forward names (saved), grad(output), or a list (first present)."""
     if isinstance(text, list):
-        parts = [_source(spec, t, saved, path, err) for t in text]
+        parts = [_source(spec, t, saved, path + (i,), err) for i, t in enumerate(text)]
         out = parts[-1]
         for p in reversed(parts[:-1]):
             out = f"_present({p}, {out})"
         return out
-    node = E.parse(text)
+    try:
+        node = E.parse(text)
+    except E.ExprError as e:
+        raise err(path, f"{e.message} in {short(text)}") from None
     if isinstance(node, E.Call) and node.fn == "grad" and len(node.args) == 1 and isinstance(node.args[0], E.Name):
         name = node.args[0].id
         if name not in spec.outputs:
-            raise err(path, f"grad({name}): {name!r} is not an output of {spec.name}")
+            raise err(path, f"grad({name}): {name!r} is not an output of {spec.name}; outputs are "
+                            f"{listing(spec.outputs)}")
         i = list(spec.outputs).index(name)
         t = spec.outputs[name]
         grad = f"_contiguous(grads[{i}])"
@@ -49,7 +54,7 @@ def _source(spec, text, saved, path, err):
         if node.id not in saved:
             saved.append(node.id)
         return node.id
-    raise err(path, f"expected a forward input or output, grad(output), or a list of them; found {text!r}")
+    raise err(path, f"expected a forward input or output, grad(output), or a list of them; found {short(text)}")
 
 
 def plan(catalog, spec) -> Optional[AutogradPlan]:
@@ -58,8 +63,9 @@ def plan(catalog, spec) -> Optional[AutogradPlan]:
         return None
     doc = spec.doc_ref
     err = lambda path, msg: doc.error(("backward",) + tuple(path), msg)  # noqa: E731
+    key_err = lambda path, msg: doc.key_error(("backward",) + tuple(path), msg)  # noqa: E731 - a bad key
     if bw["op"] not in catalog.ops:
-        raise err(("op",), f"unknown op {bw['op']!r}")
+        raise err(("op",), f"unknown op {short(bw['op'])}; ops are {listing(sorted(catalog.ops))}")
     back = catalog.ops[bw["op"]]
     saved: List[str] = []
     args = []
@@ -73,13 +79,16 @@ def plan(catalog, spec) -> Optional[AutogradPlan]:
         args.append(src)
     for name in bw["inputs"]:
         if name not in back.inputs:
-            raise err(("inputs", name), f"{back.name} has no input {name!r}; it has {list(back.inputs)}")
+            raise key_err(("inputs", name), f"{back.name} has no input {name!r}; it has {listing(back.inputs)}")
     # inputs typed like another input take that input's dtype (a bf16 gradient of an fp32 output, ...)
     names = list(back.inputs)
     for i, (name, t) in enumerate(back.inputs.items()):
         if t.like:
             args[i] = f"_like({args[i]}, {args[names.index(t.like)]})"
     pmap = dict(bw.get("params", {}))
+    for name in pmap:
+        if name not in back.params:
+            raise key_err(("params", name), f"{back.name} has no param {name!r}; it has {listing(back.params) or 'none'}")
     for name, p in back.params.items():
         src = pmap.get(name, name if name in spec.params else None)
         if src is not None and src not in spec.params:
@@ -92,12 +101,15 @@ def plan(catalog, spec) -> Optional[AutogradPlan]:
         if g is None:
             grads.append("None")
         elif g not in back.outputs:
-            raise err(("grads", name), f"{back.name} has no output {g!r}")
+            raise err(("grads", name), f"{back.name} has no output {g!r}; it has {listing(back.outputs)}")
         else:
             grads.append(f"_grad_like(res[{outs.index(g)}], {name})")
     for name in bw["grads"]:
         if name not in spec.inputs:
-            raise err(("grads", name), f"{name!r} is not an input of {spec.name}")
+            raise key_err(("grads", name), f"{name!r} is not an input of {spec.name}; inputs are {listing(spec.inputs)}")
     fn = bw.get("function")
+    for i, o in enumerate(bw.get("returns", ())):
+        if o not in spec.outputs:
+            raise err(("returns", i), f"{o!r} is not an output of {spec.name}; outputs are {listing(spec.outputs)}")
     returns = [list(spec.outputs).index(o) for o in bw.get("returns", list(spec.outputs))]
     return AutogradPlan(back.name, saved, args, grads, fn, returns, [], [])

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from . import registry
 from .loader import SpecError
+from .safety import AuditError
 
 
 def _catalog(args):
@@ -86,7 +87,11 @@ def cmd_generate(args):
     except SpecError as e:
         print(e, file=sys.stderr)
         return 1
-    changed, stale = write(cat, args.out, check_only=args.check)
+    try:
+        changed, stale = write(cat, args.out, check_only=args.check)
+    except AuditError as e:
+        print(f"{e}\nnothing was written", file=sys.stderr)
+        return 1
     if args.check:
         if changed or stale:
             for p in changed:

@@ -2,7 +2,9 @@
 
 Spec strings are data. Every expression in a spec (shapes, constraints, compute statements) is parsed here
 into a small tree; nothing is ever handed to Python's eval or exec. Names are resolved against the symbols a
-spec declares before any code is generated from them.
+spec declares before any code is generated from them. Parsing is bounded (tkgen/safety.py): at most
+MAX_EXPR_CHARS characters, trees at most MAX_EXPR_DEPTH deep (every later walk of a tree recurses), numbers
+of at most MAX_NUMBER_CHARS characters, finite and within MAX_INT.
 
 Grammar (precedence from loose to tight):
     stmt    := targets '=' expr
@@ -19,13 +21,15 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Mapping, Union
 
+from . import safety
+
 
 class ExprError(ValueError):
     """A malformed or ill-typed expression; `col` is the 0-based column inside the expression text."""
 
     def __init__(self, message: str, text: str = "", col: int = 0):
         self.message, self.text, self.col = message, text, col
-        where = f" at column {col + 1} of {text!r}" if text else ""
+        where = f" at column {col + 1} of {safety.short(text, 80)}" if text else ""
         super().__init__(message + where)
 
 
@@ -93,6 +97,8 @@ _BINARY_PRECEDENCE = {
 
 
 def _tokenize(text: str):
+    if len(text) > safety.MAX_EXPR_CHARS:
+        raise ExprError(f"an expression has at most {safety.MAX_EXPR_CHARS} characters, found {len(text)}")
     pos, out = 0, []
     while pos < len(text):
         if text[pos:].strip() == "":
@@ -109,9 +115,60 @@ def _tokenize(text: str):
     return out
 
 
+def _number(tok: str, text: str, col: int):
+    """The value of a number token: bounded in length and magnitude, finite."""
+    if len(tok) > safety.MAX_NUMBER_CHARS:
+        raise ExprError(f"a number has at most {safety.MAX_NUMBER_CHARS} characters", text, col)
+    if tok.lower().startswith("0x"):
+        value = int(tok, 16)
+    elif any(c in tok for c in ".eE"):
+        value = float(tok)
+        if not math.isfinite(value):
+            raise ExprError(f"{tok} is out of a float's range", text, col)
+        return value
+    else:
+        value = int(tok)
+    if value > safety.MAX_INT:
+        raise ExprError(f"{tok} is out of range (at most 2**63 - 1)", text, col)
+    return value
+
+
+def depth(node: "Node") -> int:
+    """The depth of an expression tree, counted without recursion."""
+    best, stack = 0, [(node, 1)]
+    while stack:
+        n, d = stack.pop()
+        best = max(best, d)
+        stack.extend((c, d + 1) for c in children(n))
+    return best
+
+
+def children(node):
+    if isinstance(node, Unary):
+        return (node.arg,)
+    if isinstance(node, Binary):
+        return (node.lhs, node.rhs)
+    if isinstance(node, Call):
+        return node.args
+    return ()
+
+
+def _bounded(node: "Node", text: str) -> "Node":
+    if depth(node) > safety.MAX_EXPR_DEPTH:
+        raise ExprError(f"the expression is nested deeper than {safety.MAX_EXPR_DEPTH} levels", text, 0)
+    return node
+
+
 class _Parser:
     def __init__(self, text: str):
         self.text, self.toks, self.i = text, _tokenize(text), 0
+        self.nesting = 0
+
+    def nested(self, col):
+        """Count one level of parser recursion; the bound keeps it far from Python's recursion limit."""
+        self.nesting += 1
+        if self.nesting > safety.MAX_EXPR_DEPTH:
+            raise ExprError(f"the expression is nested deeper than {safety.MAX_EXPR_DEPTH} levels", self.text, col)
 
     def peek(self):
         return self.toks[self.i]
@@ -129,11 +186,13 @@ class _Parser:
             raise ExprError(f"unexpected {tok!r}", self.text, col)
 
     def expr(self, min_prec=0) -> Node:
+        self.nested(self.peek()[2])
         lhs = self.prefix()
         while True:
             kind, tok, col = self.peek()
             prec = _BINARY_PRECEDENCE.get(tok) if kind in ("op", "name") else None
             if prec is None or prec <= min_prec:
+                self.nesting -= 1
                 return lhs
             self.take()
             rhs = self.expr(prec)
@@ -144,9 +203,7 @@ class _Parser:
     def prefix(self) -> Node:
         kind, tok, col = self.take()
         if kind == "num":
-            value = int(tok, 16) if tok.lower().startswith("0x") else (
-                float(tok) if any(c in tok for c in ".eE") else int(tok))
-            return Num(value, col)
+            return Num(_number(tok, self.text, col), col)
         if kind == "str":
             return Str(tok[1:-1], col)
         if tok == "-":
@@ -177,11 +234,13 @@ def parse(text) -> Node:
     if isinstance(text, bool):
         raise ExprError("a boolean is not an expression")
     if isinstance(text, (int, float)):
+        if isinstance(text, float) and not math.isfinite(text) or abs(text) > safety.MAX_INT:
+            raise ExprError(f"{text!r} is not a finite number within range")
         return Num(text)
     p = _Parser(str(text))
     node = p.expr()
     p.expect_end()
-    return node
+    return _bounded(node, str(text))
 
 
 def parse_statement(text: str) -> Statement:
@@ -202,7 +261,7 @@ def parse_statement(text: str) -> Statement:
         break
     value = p.expr()
     p.expect_end()
-    return Statement(tuple(targets), value, text)
+    return Statement(tuple(targets), _bounded(value, text), text)
 
 
 def names(node: Node) -> set:
@@ -272,6 +331,67 @@ def evaluate(node: Node, env: Mapping[str, object]):
             raise ExprError(f"unknown function {node.fn!r} in a constant expression")
         return fn(*(evaluate(a, env) for a in node.args))
     raise TypeError(node)
+
+
+_INT_FUNCS = {"min", "max", "abs", "ceildiv", "align", "log2"}
+_CMP = {"==", "!=", "<", "<=", ">", ">="}
+
+
+def constant_kind(node: Node, kinds: Mapping[str, str]) -> str:
+    """The type of a constant expression: "int", "float", "bool" or "str"; `kinds` gives each name's type.
+
+    Raises ExprError where operands do not fit (`not 3`, `(H > 1) + 1`, a float in an integer function)."""
+    if isinstance(node, Num):
+        return "float" if isinstance(node.value, float) else "int"
+    if isinstance(node, Str):
+        return "str"
+    if isinstance(node, Name):
+        return kinds.get(node.id, "int")
+    if isinstance(node, Unary):
+        inner = constant_kind(node.arg, kinds)
+        want = "bool" if node.op == "not" else inner if inner in ("int", "float") else None
+        if inner != want:
+            raise ExprError(f"`{node.op}` needs {'a condition' if node.op == 'not' else 'a number'}, found {inner}",
+                            col=node.col)
+        return inner
+    if isinstance(node, Binary):
+        lhs, rhs = constant_kind(node.lhs, kinds), constant_kind(node.rhs, kinds)
+        if node.op in ("and", "or"):
+            if lhs != "bool" or rhs != "bool":
+                raise ExprError(f"`{node.op}` joins conditions, found {lhs} and {rhs}", col=node.col)
+            return "bool"
+        if node.op in ("==", "!=") and lhs == rhs == "str":
+            return "bool"                 # a structural param against one of its values: `scale != 'ue8m0'`
+        if "str" in (lhs, rhs) or "bool" in (lhs, rhs):
+            raise ExprError(f"`{node.op}` compares or computes numbers, found {lhs} and {rhs}", col=node.col)
+        if node.op in _CMP:
+            return "bool"
+        return "float" if "float" in (lhs, rhs) else "int"
+    if isinstance(node, Call):
+        args = [constant_kind(a, kinds) for a in node.args]
+        if node.fn not in _INT_FUNCS and node.fn != "is_pow2":
+            raise ExprError(f"unknown function {node.fn!r} in a constant expression", col=node.col)
+        if any(a != "int" for a in args):
+            raise ExprError(f"{node.fn}() takes integers, found {', '.join(args)}", col=node.col)
+        return "bool" if node.fn == "is_pow2" else "int"
+    raise TypeError(node)
+
+
+def zero_divisor(node: Node):
+    """The first division (`/`, `//`, `%`, ceildiv, align) whose divisor is a constant zero, or None."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        divisor = n.rhs if isinstance(n, Binary) and n.op in ("/", "//", "%") else \
+            n.args[1] if isinstance(n, Call) and n.fn in ("ceildiv", "align") and len(n.args) == 2 else None
+        if divisor is not None and not names(divisor):
+            try:
+                if evaluate(divisor, {}) == 0:
+                    return n
+            except (ExprError, ArithmeticError, ValueError, TypeError):
+                pass
+        stack.extend(children(n))
+    return None
 
 
 def to_source(node: Node) -> str:

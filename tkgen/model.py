@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
+from . import checks
 from . import expr as E
 from . import formats as F
 from .loader import Document, SpecError, read
+from .safety import listing, short
 
 BUILTIN_DTYPES = ("int32", "int64")
 RESERVED = {"T", "load", "max", "min", "abs"}
@@ -252,13 +254,13 @@ def _parse(doc: Document, path, text):
     try:
         return E.parse(text)
     except E.ExprError as e:
-        raise doc.error(path, e.message + (f" in {e.text!r}" if e.text else ""), col_offset=e.col) from None
+        raise doc.error(path, e.message + (f" in {short(e.text, 80)}" if e.text else ""), col_offset=e.col) from None
 
 
 def _check_names(doc, path, node, known, what):
     for n in E.names(node):
         if n not in known:
-            raise doc.error(path, f"unknown name {n!r} in {what}; expected one of {sorted(known)}")
+            raise doc.error(path, f"unknown name {short(n)} in {what}; expected one of {listing(sorted(known))}")
 
 
 def _row_dim(doc, dims, first, axes):
@@ -327,6 +329,7 @@ def _check_row_groups(doc, base, view, shape, block_axis, inner, dyn):
 
 def build_format(doc: Document):
     d = doc.data
+    checks.check_format(doc)
     if d["kind"] == "layout":
         return F.layout_from_data(d)
     if d["kind"] == "element":
@@ -359,6 +362,7 @@ def build_format(doc: Document):
 
 def build_arch(doc: Document) -> Arch:
     d = doc.data
+    checks.check_arch(doc)
     cap = tuple(d["capability"]) if "capability" in d else None
     if d["backend"] == "cuda" and cap is None:
         raise doc.error(("capability",), "a cuda profile needs capability: [major, minor]")
@@ -371,6 +375,7 @@ def build_arch(doc: Document) -> Arch:
 
 def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpec:
     d = doc.data
+    checks.check_declared_names(doc)
     taken = {}
     layouts = layouts or {}
 
@@ -390,7 +395,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
         if choices is not None and len({type(v) for v in choices}) > 1 and any(isinstance(v, bool) for v in choices):
             raise doc.error(("params", name, "one_of"), "a boolean param takes only true and false")
         if choices is not None and default is not None and default not in choices:
-            raise doc.error(("params", name, "default"), f"default {default!r} is not one of {list(choices)}")
+            raise doc.error(("params", name, "default"), f"default {short(default)} is not one of {listing(map(repr, choices))}")
         for key in ("optional", "absent"):
             if key in p and p.get("type") != "float":
                 raise doc.error(("params", name, key), f"`{key}` is for float params (type: float)")
@@ -468,12 +473,12 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
         dtypes = tuple(t["dtypes"]) if "dtypes" in t else ((t["dtype"],) if "dtype" in t else ())
         like = t.get("like")
         if like is not None and (like not in d["inputs"] or like == name):
-            raise doc.error(base + ("like",), f"`like` names another input ({', '.join(d['inputs'])})")
+            raise doc.error(base + ("like",), f"`like` names another input ({listing(d['inputs'])})")
         for i, dt in enumerate(dtypes):
             if dt not in elements and dt not in BUILTIN_DTYPES:
                 raise doc.error(base + ("dtypes" if "dtypes" in t else "dtype",),
-                                f"unknown dtype {dt!r}; expected an element format ({', '.join(sorted(elements))}) "
-                                f"or one of {list(BUILTIN_DTYPES)}")
+                                f"unknown dtype {short(dt)}; expected an element format ({listing(sorted(elements))}) "
+                                f"or one of {listing(BUILTIN_DTYPES)}")
         if role == "output" and len(dtypes) > 1:
             raise doc.error(base + ("dtypes",), "an output has one dtype (or a format)")
         for key, table, kind in (("format", elements, "element"), ("scale_format", scales, "scale")):
@@ -483,7 +488,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
             names_ = params[ref].choices if ref in params else (ref,)
             for n in names_:
                 if n not in table:
-                    raise doc.error(base + (key,), f"unknown {kind} format {n!r}; expected one of {sorted(table)}")
+                    raise doc.error(base + (key,), f"unknown {kind} format {short(n)}; expected one of {listing(sorted(table))}")
         exact = t.get("exact", "bit" if role == "output" else None)
         for key in ("optional", "absent") if role == "output" else ("when",):
             if key in t:
@@ -498,14 +503,14 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
                 _check_names(doc, base + ("values", "range", i), _parse(doc, base + ("values", "range", i), str(r)),
                              set(dims), "a range of values")
         if "at" in t and (t["at"] not in d["inputs"] or t["at"] == name):
-            raise doc.error(base + ("at",), f"`at` names an integer input holding positions; inputs are {list(d['inputs'])}")
+            raise doc.error(base + ("at",), f"`at` names an integer input holding positions; inputs are {listing(d['inputs'])}")
         if "at" in t and not set(t) & {"dtype", "dtypes"}:
             raise doc.error(base + ("at",), "a tensor addressed `at:` positions has a plain dtype (no format, layout or like)")
         if "layout" in t:
             ref = t["layout"]
             for n in (params[ref].choices if ref in params else (ref,)):
                 if n not in layouts:
-                    raise doc.error(base + ("layout",), f"unknown layout {n!r}; expected one of {sorted(layouts)}")
+                    raise doc.error(base + ("layout",), f"unknown layout {short(n)}; expected one of {listing(sorted(layouts))}")
             if role != "output" or len(shape) != 2:
                 raise doc.error(base + ("layout",), "a layout applies to 2-D outputs")
         return Tensor(name, role, t.get("doc", ""), dtypes, t.get("format"), t.get("scale_format"), t.get("layout"), shape,
@@ -524,7 +529,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
         for i, group in enumerate(view):
             for a in group:
                 if a not in axes:
-                    raise doc.error(base + ("view", i), f"unknown axis {a!r}; axes are {list(axes)}")
+                    raise doc.error(base + ("view", i), f"unknown axis {short(a)}; axes are {listing(axes)}")
         flat = [a for g in view for a in g]
         if len(set(flat)) != len(flat):
             raise doc.error(base + ("view",), "an axis may index only one place of a tensor")
@@ -542,7 +547,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
             inputs[n] = Tensor(**{**t.__dict__, "dtypes": inputs[t.like].dtypes})
     for n, t in outputs.items():
         if t.like and (t.like not in inputs or not inputs[t.like].dtypes):
-            raise doc.error(("outputs", n, "like"), f"`like` names an input with a dtype; expected one of {list(inputs)}")
+            raise doc.error(("outputs", n, "like"), f"`like` names an input with a dtype; expected one of {listing(inputs)}")
         if t.like:
             outputs[n] = t = Tensor(**{**t.__dict__, "dtypes": inputs[t.like].dtypes})
         if t.when and not ((t.when in inputs and inputs[t.when].optional) or
@@ -565,10 +570,12 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
     schedule = d.get("schedule", {})
     for key in schedule:
         if key != "default" and key not in arch_names:
-            raise doc.error(("schedule", key), f"unknown architecture {key!r}; expected default or one of {sorted(arch_names)}")
+            raise doc.key_error(("schedule", key), f"unknown architecture {short(key)}; expected default or one of "
+                                                   f"{listing(sorted(arch_names))}")
     spec = OpSpec(d["op"], d["family"], d["doc"], doc.path, doc.sha256, params, dims, axes, inputs, outputs,
                   tuple(stages), schedule, tuple(d.get("workloads", ())), dict(d.get("tests", {})), doc, row_inner,
                   d.get("backward"))
+    checks.check_op(doc, spec)
     from .stages import typecheck  # the stage library checks what the compute stages mean
 
     typecheck(spec, elements, scales)
@@ -590,6 +597,8 @@ def load_catalog(root) -> Catalog:
             table[fmt.name] = fmt
         elif doc.kind == "arch":
             arch = build_arch(doc)
+            if arch.name in archs:
+                raise doc.error(("arch",), f"architecture {arch.name!r} is defined twice")
             archs[arch.name] = arch
     ops = {}
     for path, doc in docs.items():
@@ -599,6 +608,7 @@ def load_catalog(root) -> Catalog:
                 raise doc.error(("op",), f"operator {spec.name!r} is defined twice")
             ops[spec.name] = spec
     catalog = Catalog(root, ops, elements, scales, archs, docs, layouts)
+    checks.check_profiles(catalog)
     from .autograd import plan   # a backward block names another op: checked once all are loaded
     for spec in ops.values():
         plan(catalog, spec)
@@ -606,21 +616,67 @@ def load_catalog(root) -> Catalog:
 
 
 def validate_files(paths, root=None):
-    """Check spec files; returns a list of SpecErrors (empty when all are valid)."""
+    """Check spec files; returns a list of SpecErrors (empty when all are valid), the first of each file.
+
+    A file is checked as `generate` reads it, against the catalog of `root` (formats, archs and the other
+    operators): an operator is built, its backward block planned, and its modules rendered in memory and
+    audited; a format or profile is checked with the catalog's other files and its generated shared
+    modules are rendered and audited. So a file that validates generates, and its modules import."""
     errors = []
     root = Path(root) if root else None
     base = load_catalog(root) if root else None
     for p in paths:
         try:
-            doc = read(p)
-            if doc.kind == "op":
-                if base is None:
-                    raise SpecError(p, 1, 1, (), "operator specs need the formats and archs of a specs directory")
-                build_op(doc, base.elements, base.scales, set(base.archs), base.layouts)
-            elif doc.kind == "format":
-                build_format(doc)
-            else:
-                build_arch(doc)
+            validate_document(read(p), base)
         except SpecError as e:
             errors.append(e)
     return errors
+
+
+def validate_document(doc: Document, base: Optional[Catalog]):
+    """Raise the SpecError of one read document, checked in the context of the catalog `base`."""
+    if doc.kind == "format":
+        fmt = build_format(doc)
+        if base is not None:
+            _render_checked(doc, _with_format(base, fmt, doc), ops=())
+        return
+    if doc.kind == "arch":
+        arch = build_arch(doc)
+        if base is not None:
+            catalog = dataclasses.replace(base, archs={**base.archs, arch.name: arch},
+                                          documents={**base.documents, arch.path: doc})
+            checks.check_profiles(catalog)
+            _render_checked(doc, catalog, ops=())
+        return
+    if base is None:
+        raise SpecError(doc.path, 1, 1, (), "operator specs need the formats and archs of a specs directory")
+    spec = build_op(doc, base.elements, base.scales, set(base.archs), base.layouts)
+    # the file stands for its op: it replaces the catalog's op of that name (an edited copy of a spec)
+    others = {n: o for n, o in base.ops.items() if o.path.resolve() != doc.path.resolve() and n != spec.name}
+    catalog = dataclasses.replace(base, ops={**others, spec.name: spec},
+                                  documents={**base.documents, doc.path: doc})
+    from .autograd import plan
+    plan(catalog, spec)
+    _render_checked(doc, catalog, ops=(spec.name,))
+
+
+def _with_format(base, fmt, doc):
+    kind = "elements" if isinstance(fmt, F.ElementFormat) else "layouts" if isinstance(fmt, F.Layout) else "scales"
+    return dataclasses.replace(base, **{kind: {**getattr(base, kind), fmt.name: fmt}},
+                               documents={**base.documents, doc.path: doc})
+
+
+def _render_checked(doc, catalog, ops):
+    """Render the shared modules and those of `ops` in memory and audit them, as `generate` would. A failure
+    that no check above caught is reported against the file rather than as a traceback."""
+    from .generate import render_modules
+    from .safety import AuditError, audit_all
+    try:
+        audit_all(render_modules(catalog, ops))
+    except SpecError:
+        raise
+    except AuditError as e:
+        raise SpecError(doc.path, 1, 1, (), f"the generated code would be rejected: {e}") from None
+    except Exception as e:   # noqa: BLE001 - what generate would raise, reported as an error of this file
+        raise SpecError(doc.path, 1, 1, (), f"generating code from this file fails: {type(e).__name__}: "
+                                            f"{short(str(e), 200)}") from None

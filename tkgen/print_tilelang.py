@@ -13,6 +13,7 @@ from . import ir, kir
 from . import pyexpr as P
 from .ir import F32, I32, I64, RAW, U32
 from .printers import TileLangPrinter, tl_dtype
+from .safety import int_problem
 from .signature import INT_ELEMS, INT_STORAGE, is_native, storage
 
 _WIDTH = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32, "int64": 64}
@@ -275,6 +276,10 @@ class KernelPrinter:
         for k in m.kernels:
             body += self.kernel_lines(k, " " * 8)
         args = list(m.dims) + [f"{n}_dtype" for n in m.dtype_args] + list(choices)
+        for n, v in m.knobs:                  # typed before they reach code: integers within bounds
+            problem = int_problem(v)
+            if problem:
+                raise ValueError(f"{m.op}: schedule knob {n}: {problem}")
         knobs = ", ".join(f"{n}={v!r}" for n, v in m.knobs)
         head = [f"def {name}({', '.join(args)}{', *, ' + knobs if knobs else ''}):"]
         pre = [f'{d} = T.dynamic("{d.rstrip("_")}")' if not d.startswith("n_") else f'{d} = T.dynamic("{d}")'

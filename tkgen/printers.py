@@ -123,12 +123,13 @@ class TileLangPrinter:
             return f'T.reinterpret({a[0]}, "uint32")'
         if o == "from_bits":
             return f'T.reinterpret({a[0]}, "float32")'
-        # reinterpret, not cast: TVM's bound analysis takes a cast for a value-preserving conversion (a
-        # u32 cast to i32 "is never negative"); constants are folded first (TVM cannot reinterpret one in C)
+        # u32 -> i32 reinterprets: TVM's bound analysis takes a cast for a value-preserving conversion (a u32
+        # cast to i32 "is never negative"). i32 -> u32 casts: its operands are never negative (shift amounts,
+        # biased exponents), and TVM's C backend cannot reinterpret an operand it has folded to a constant
         if o == "u32_to_i32":
             return f'T.reinterpret({a[0]}, "int32")'
         if o == "i32_to_u32":
-            return f'T.reinterpret({a[0]}, "uint32")'
+            return f'T.cast({a[0]}, "uint32")'
         if o.startswith("to_"):
             return f'T.cast({a[0]}, "{tl_dtype(e.dtype)}")'
         raise KeyError(o)

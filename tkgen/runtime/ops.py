@@ -199,7 +199,11 @@ def _check_param(op, p, v, dims):
     elif p.kind == "float":
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ValueError(f"{op.name}: `{p.name}` must be a number{' or None' if p.optional else ''}; got {v!r}")
-        v = float(v)
+        try:
+            v = float(v)
+        except OverflowError:   # an int past a float's range (10**400)
+            raise ValueError(f"{op.name}: `{p.name}` must be a number within a float's range; got an integer "
+                             f"of {v.bit_length()} bits") from None
     elif p.choices is not None:
         allowed = [dims.get(c, c) if isinstance(c, str) and not p.structural else c for c in p.choices]
         if isinstance(v, bool) != isinstance(allowed[0], bool) or not isinstance(v, type(allowed[0])) \

@@ -95,7 +95,7 @@ def build_e4m3_ue8m0_bf16(H, block, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
@@ -124,7 +124,7 @@ def build_e4m3_ue8m0_fp32(H, block, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
@@ -269,7 +269,7 @@ def build_e5m2_ue8m0_bf16(H, block, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e5m2(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
@@ -298,7 +298,7 @@ def build_e5m2_ue8m0_fp32(H, block, *, threads=1, block_t=1):
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_e5m2(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
@@ -384,7 +384,7 @@ def build_e2m1_fp32_bf16(H, block, *, threads=1, block_t=1):
             qf = T.alloc_local((B_t, B_g, B_c), 'float32')
             s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
@@ -416,7 +416,7 @@ def build_e2m1_fp32_fp32(H, block, *, threads=1, block_t=1):
             qf = T.alloc_local((B_t, B_g, B_c), 'float32')
             s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
@@ -448,11 +448,11 @@ def build_e2m1_ue8m0_bf16(H, block, *, threads=1, block_t=1):
             qf = T.alloc_local((B_t, B_g, B_c), 'float32')
             s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
@@ -480,11 +480,11 @@ def build_e2m1_ue8m0_fp32(H, block, *, threads=1, block_t=1):
             qf = T.alloc_local((B_t, B_g, B_c), 'float32')
             s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
@@ -512,7 +512,7 @@ def build_e2m1_ue8m0_byte_bf16(H, block, *, threads=1, block_t=1):
             qf = T.alloc_local((B_t, B_g, B_c), 'float32')
             s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
@@ -544,7 +544,7 @@ def build_e2m1_ue8m0_byte_fp32(H, block, *, threads=1, block_t=1):
             qf = T.alloc_local((B_t, B_g, B_c), 'float32')
             s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_t, i_g, i_c] = ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = decode_e2m1(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
@@ -576,7 +576,7 @@ def build_e5m6_fp32_bf16(H, block, *, threads=1, block_t=1):
             qf = T.alloc_local((B_t, B_g, B_c), 'float32')
             s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.cast((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
@@ -608,7 +608,7 @@ def build_e5m6_fp32_fp32(H, block, *, threads=1, block_t=1):
             qf = T.alloc_local((B_t, B_g, B_c), 'float32')
             s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.cast((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
@@ -640,11 +640,11 @@ def build_e5m6_ue8m0_bf16(H, block, *, threads=1, block_t=1):
             qf = T.alloc_local((B_t, B_g, B_c), 'float32')
             s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.cast((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((qf[i_t, i_g, i_c] * s[i_t, i_g])), "uint16")
@@ -672,11 +672,11 @@ def build_e5m6_ue8m0_fp32(H, block, *, threads=1, block_t=1):
             qf = T.alloc_local((B_t, B_g, B_c), 'float32')
             s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.cast((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
-                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
+                s[i_t, i_g] = T.reinterpret((((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(sf[(b_t * B_t + i_t), T.floordiv(i_g, T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (qf[i_t, i_g, i_c] * s[i_t, i_g])
@@ -704,7 +704,7 @@ def build_e5m6_ue8m0_byte_bf16(H, block, *, threads=1, block_t=1):
             qf = T.alloc_local((B_t, B_g, B_c), 'float32')
             s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.cast((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):
@@ -736,7 +736,7 @@ def build_e5m6_ue8m0_byte_fp32(H, block, *, threads=1, block_t=1):
             qf = T.alloc_local((B_t, B_g, B_c), 'float32')
             s = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.reinterpret((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+                q_code[i_t, i_g, i_c] = (((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast(T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)), "uint32")) | T.Select(((T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32)) + T.int32(12)) > T.int32(32)), ((T.if_then_else(((b_t * B_t + i_t) < N_t), (T.cast(q[(b_t * B_t + i_t), ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3)) + (T.max((T.int32(2) - T.floordiv((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) << T.cast((T.int32(31) - T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 qf[i_t, i_g, i_c] = decode_e5m6(q_code[i_t, i_g, i_c])
             for i_t, i_g in T.grid(B_t, B_g):

@@ -57,16 +57,16 @@ def build_fp32_fp32_row(H, block_rows, block_cols, in_cols, *, threads=1, block_
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
                 if ((b_b * B_b + i_b) < N_b):
-                    out_sf[(b_b * B_b + i_b), i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                    out_sf[(b_b * B_b + i_b), i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
 
     return kernel
 
@@ -112,16 +112,16 @@ def build_fp32_fp32_col(H, block_rows, block_cols, in_cols, *, threads=1, block_
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
                 if ((b_b * B_b + i_b) < N_b):
-                    out_sf[i_g, (b_b * B_b + i_b)] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                    out_sf[i_g, (b_b * B_b + i_b)] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
 
     return kernel
 
@@ -171,15 +171,15 @@ def build_fp32_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=1, block
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
-                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
                 out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_b, i_g_p in T.grid(B_b, B_g_p):
                 if ((b_b * B_b + i_b) < N_b):
@@ -233,15 +233,15 @@ def build_fp32_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=1, block
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
-                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
                 out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_b, i_g_p in T.grid(B_b, B_g_p):
                 if ((b_b * B_b + i_b) < N_b):
@@ -291,16 +291,16 @@ def build_fp32_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=1, 
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
                 if ((b_b * B_b + i_b) < N_b):
-                    out_sf[(b_b * B_b + i_b), i_g] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                    out_sf[(b_b * B_b + i_b), i_g] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel
 
@@ -346,16 +346,16 @@ def build_fp32_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=1, 
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
                 if ((b_b * B_b + i_b) < N_b):
-                    out_sf[i_g, (b_b * B_b + i_b)] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                    out_sf[i_g, (b_b * B_b + i_b)] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel
 
@@ -391,7 +391,7 @@ def build_ue8m0_fp32_row(H, block_rows, block_cols, in_cols, *, threads=1, block
             q_code = T.alloc_local((B_b, B_r, B_g, B_k, B_c), 'uint32')
             _t2 = T.alloc_local((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((i_g * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((i_g * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod(((i_g * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
@@ -401,16 +401,16 @@ def build_ue8m0_fp32_row(H, block_rows, block_cols, in_cols, *, threads=1, block
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
                 if ((b_b * B_b + i_b) < N_b):
-                    out_sf[(b_b * B_b + i_b), i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                    out_sf[(b_b * B_b + i_b), i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
 
     return kernel
 
@@ -446,7 +446,7 @@ def build_ue8m0_fp32_col(H, block_rows, block_cols, in_cols, *, threads=1, block
             q_code = T.alloc_local((B_b, B_r, B_g, B_k, B_c), 'uint32')
             _t2 = T.alloc_local((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((i_g * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((i_g * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod(((i_g * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
@@ -456,16 +456,16 @@ def build_ue8m0_fp32_col(H, block_rows, block_cols, in_cols, *, threads=1, block
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
                 if ((b_b * B_b + i_b) < N_b):
-                    out_sf[i_g, (b_b * B_b + i_b)] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                    out_sf[i_g, (b_b * B_b + i_b)] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
 
     return kernel
 
@@ -505,7 +505,7 @@ def build_ue8m0_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=1, bloc
             out_sf_tile = T.alloc_local((B_b, B_g), 'float32')
             out_sf_codes = T.alloc_local((B_b, B_g), 'uint32')
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((i_g * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((i_g * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod(((i_g * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
@@ -515,15 +515,15 @@ def build_ue8m0_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=1, bloc
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
-                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
                 out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_b, i_g_p in T.grid(B_b, B_g_p):
                 if ((b_b * B_b + i_b) < N_b):
@@ -567,7 +567,7 @@ def build_ue8m0_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=1, bloc
             out_sf_tile = T.alloc_local((B_b, B_g), 'float32')
             out_sf_codes = T.alloc_local((B_b, B_g), 'uint32')
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((i_g * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((i_g * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod(((i_g * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
@@ -577,15 +577,15 @@ def build_ue8m0_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=1, bloc
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
-                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
                 out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_b, i_g_p in T.grid(B_b, B_g_p):
                 if ((b_b * B_b + i_b) < N_b):
@@ -625,7 +625,7 @@ def build_ue8m0_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=1,
             q_code = T.alloc_local((B_b, B_r, B_g, B_k, B_c), 'uint32')
             _t2 = T.alloc_local((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((i_g * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((i_g * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod(((i_g * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
@@ -635,16 +635,16 @@ def build_ue8m0_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=1,
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
                 if ((b_b * B_b + i_b) < N_b):
-                    out_sf[(b_b * B_b + i_b), i_g] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                    out_sf[(b_b * B_b + i_b), i_g] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel
 
@@ -680,7 +680,7 @@ def build_ue8m0_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=1,
             q_code = T.alloc_local((B_b, B_r, B_g, B_k, B_c), 'uint32')
             _t2 = T.alloc_local((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((i_g * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.reinterpret((T.floormod(((i_g * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
+                _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((i_g * N_k) + i_k), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod(((i_g * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
@@ -690,16 +690,16 @@ def build_ue8m0_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=1,
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
                 if ((b_b * B_b + i_b) < N_b):
-                    out_sf[i_g, (b_b * B_b + i_b)] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                    out_sf[i_g, (b_b * B_b + i_b)] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel
 
@@ -745,16 +745,16 @@ def build_ue8m0_byte_fp32_row(H, block_rows, block_cols, in_cols, *, threads=1, 
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
                 if ((b_b * B_b + i_b) < N_b):
-                    out_sf[(b_b * B_b + i_b), i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                    out_sf[(b_b * B_b + i_b), i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
 
     return kernel
 
@@ -800,16 +800,16 @@ def build_ue8m0_byte_fp32_col(H, block_rows, block_cols, in_cols, *, threads=1, 
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
                 if ((b_b * B_b + i_b) < N_b):
-                    out_sf[i_g, (b_b * B_b + i_b)] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                    out_sf[i_g, (b_b * B_b + i_b)] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
 
     return kernel
 
@@ -859,15 +859,15 @@ def build_ue8m0_byte_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=1,
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
-                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
                 out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_b, i_g_p in T.grid(B_b, B_g_p):
                 if ((b_b * B_b + i_b) < N_b):
@@ -921,15 +921,15 @@ def build_ue8m0_byte_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=1,
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
-                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
                 out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_b, i_g_p in T.grid(B_b, B_g_p):
                 if ((b_b * B_b + i_b) < N_b):
@@ -979,16 +979,16 @@ def build_ue8m0_byte_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threa
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
                 if ((b_b * B_b + i_b) < N_b):
-                    out_sf[(b_b * B_b + i_b), i_g] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                    out_sf[(b_b * B_b + i_b), i_g] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel
 
@@ -1034,15 +1034,15 @@ def build_ue8m0_byte_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threa
             for i_b, i_g in T.grid(B_b, B_g):
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.reinterpret((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
                 if ((b_b * B_b + i_b) < N_b):
-                    out_sf[i_g, (b_b * B_b + i_b)] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.reinterpret((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                    out_sf[i_g, (b_b * B_b + i_b)] = T.cast(((T.reinterpret(T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)), T.reinterpret((T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"), T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)), T.reinterpret((T.uint32(1) << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
 
     return kernel
