@@ -56,13 +56,14 @@ def tk_per_token_cast_with_precomputed_sf(params, dims):
 
 
 def tk_cast_back(params, dims):
-    """TileKernels dequantizes (q, sf) with a (1, block) scale block, from float32 or packed UE8M0 scales (int32,
-    row-major as tkgen's or column-major)."""
+    """TileKernels dequantizes (q, sf) with a (block_rows, block) scale block, from float32 or packed UE8M0 scales
+    (int32, row-major as tkgen's or column-major)."""
     tk = _tile_kernels()
     _need(params["fmt"] in TK_FORMATS, f"has no {params['fmt']} cast back")
     _need(params["scale"] != "ue8m0_byte", "has no unpacked UE8M0 scales")
     _need(dims["H"] % 64 == 0, "casts back only with H % 64 == 0")
-    return lambda q, sf: tk.quant.cast_back((q, sf), params["out"], (1, params["block"]))
+    block = (params.get("block_rows", 1), params["block"])
+    return lambda q, sf: tk.quant.cast_back((q, sf), params["out"], block)
 
 
 def tk_per_token_cast_and_cast_back(params, dims):

@@ -1,6 +1,7 @@
 """One full GPU session: property tests on CUDA, anchor and odd shapes bit for bit, tuning, benchmarks.
 
 Run on the lent H200 as:  . .gpu/env.sh && python benchmarks/gpu_session.py
+A dry run of any phase on a CPU machine:  TKGEN_GPU_DEVICE=cpu TKGEN_GPU_PHASES=eager python benchmarks/gpu_session.py
 Writes logs, bench.json/bench.md/roofline.png and tuned arch profiles under $OUT (or ./gpu-out).
 """
 import json
@@ -22,7 +23,7 @@ EXAMPLES = int(os.environ.get("TKGEN_GPU_EXAMPLES", "12"))
 WORKERS = int(os.environ.get("TKGEN_GPU_WORKERS", "14"))
 DEVICE = os.environ.get("TKGEN_GPU_DEVICE", "cuda")       # cpu: a dry run of the script on a CPU machine
 ARCH = "sm90" if DEVICE == "cuda" else "cpu"
-PHASES = os.environ.get("TKGEN_GPU_PHASES", "anchors,saturation,props,tune,bench").split(",")
+PHASES = os.environ.get("TKGEN_GPU_PHASES", "anchors,saturation,eager,props,tune,bench").split(",")
 # Which ops the props, tune and bench phases cover (default: every generated op), and bench's competitors.
 OPS = [o for o in os.environ.get("TKGEN_GPU_OPS", "").split(",") if o]
 AGAINST = os.environ.get("TKGEN_GPU_AGAINST", "torch,compile,tilekernels")
@@ -53,7 +54,7 @@ def precompile_cases(by_op):
         pkg = registry.op_package(op)
         for case in cases:
             variant, statics, dtypes = C.specialization(pkg.OP, case)
-            jobs.append((f"{pkg.__name__}.kernel_{ARCH}", f"build_{variant}", statics + dtypes, None))
+            jobs.append((f"{pkg.__name__}.kernel_{ARCH}", variant, statics + dtypes, None))
     t = time.time()
     errs = precompile(jobs, workers=WORKERS)
     log(f"  precompiled {len(set(jobs))} specializations of {len(by_op)} ops in {time.time() - t:.0f} s; errors: {errs[:3]}")
@@ -187,6 +188,26 @@ def saturation():
                     summary.append(("saturation FAIL", fmt, f"H={H} {dtype}"))
     log(f"saturation: {n_ok}/8 cases bit-exact")
     summary.append(("saturation", "per_token_cast_with_precomputed_sf", f"{n_ok}/8 bit-exact"))
+
+
+def eager():
+    """What a training loop without CUDA graphs pays: every op's host cost per eager call on a tiny input,
+    and the issue's anchor workloads eager and under CUDA graphs, tkgen against TileKernels 2.1.0 in the
+    same run (benchmarks/host_cost.py). Tables in eager.md, rows in eager.json."""
+    import dataclasses
+    import host_cost as H
+    device = torch.device(DEVICE)
+    log(H.HEADER)
+    rows = H.measure(ops(), device, log=log)
+    anchors = H.anchors(device, log=lambda m: None)
+    table = H.anchor_table(anchors)
+    log(table)
+    (OUT / "eager.md").write_text("\n".join([H.HEADER, *map(H.table_row, rows), "", table, ""]))
+    (OUT / "eager.json").write_text(json.dumps({"host": rows, "anchors": [dataclasses.asdict(r) for r in anchors]},
+                                               indent=1))
+    worst = max((r for r in rows if r["impl"] == "tkgen" and "eager_us" in r), key=lambda r: r["eager_us"])
+    summary.append(("eager", "host cost", f"worst tkgen op {worst['op']} {worst['eager_us']:.1f} µs per call "
+                                          f"({worst['ratio']:.1f} x torch.add)"))
 
 
 def tune():

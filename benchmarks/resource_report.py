@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tkgen import registry  # noqa: E402
 from tkgen.bench import sized_for, workload_inputs  # noqa: E402
-from tkgen.runtime.compile import lower_source, nvcc_cubin  # noqa: E402
+from tkgen.runtime.compile import factory, lower_source, nvcc_cubin  # noqa: E402
 from tkgen.runtime.ops import check, specialization  # noqa: E402
 
 SM = {"sm90": "sm_90a", "sm100": "sm_100a"}
@@ -66,15 +66,14 @@ def main():
             sets, params = workload_inputs(pkg, wl, cpu, 1)
             variant, statics, dtypes = specialization(pkg.OP, sets[0], params, check(pkg.OP, sets[0], params))
             statics += dtypes
-            factory = getattr(module, f"build_{variant}")
             for sched in [json.loads(s) for s in args.schedule] or [{}]:
                 try:
-                    src = lower_source(module, factory, statics, sched)
+                    src = lower_source(module, factory(module, variant), statics, sched)
                     rep = build_report(src, SM[args.arch], getattr(module, "COMPILE_FLAGS", ()))
                     rep["stores"] = global_stores(src)
                 except Exception as e:  # noqa: BLE001
                     rep = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
-                print(f"{name} [{wl['name']}] {factory.__name__}{statics} {sched or 'profile'}: {rep}", flush=True)
+                print(f"{name} [{wl['name']}] {variant}{statics} {sched or 'profile'}: {rep}", flush=True)
 
 
 if __name__ == "__main__":

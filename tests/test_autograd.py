@@ -55,7 +55,7 @@ def test_rms_norm_gradients_match_float64_autograd():
     wt = torch.rand(64, generator=gen) + 0.5
     g = torch.randn(5, 64, generator=gen)
     for residual in (r, None):
-        got = _grads(lambda x, w, r: F.rms_norm(x, w, residual=r, eps=1e-6), [_leaf(x), _leaf(wt), _leaf(residual)], g)
+        got = _grads(lambda x, w, r: F.rms_norm(x, (x.shape[-1],), w, 1e-6, residual=r), [_leaf(x), _leaf(wt), _leaf(residual)], g)
         want = _grads(lambda x, w, r: rms_norm64(x, w, r, 1e-6),
                       [_leaf(x, torch.float64), _leaf(wt, torch.float64), _leaf(residual, torch.float64)], g.double())
         _close(got, want, rtol=1e-4, atol=1e-5)

@@ -25,3 +25,14 @@ def test_fuzz_runs_and_replays():
                                   "specials": [["ties", 1, 2, 3]]}}}
     r = run("fuzz", "topk_gate", "--replay", json.dumps(case))
     assert r.returncode == 0 and "passes" in r.stdout
+
+
+def test_fuzz_campaign_over_every_op_writes_a_summary(tmp_path):
+    from conftest import op_names
+    r = run("fuzz", "--all", "--examples", "1", "--seed", "3", "--summary", str(tmp_path / "fuzz.json"))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    data = json.loads((tmp_path / "fuzz.json").read_text())
+    assert sorted(data["ops"]) == op_names() and data["examples"] == len(op_names())
+    assert all(o["failure"] is None and o["examples"] == 1 for o in data["ops"].values())
+    assert data["per_second"] > 0 and f"{len(op_names())} examples of {len(op_names())} op(s)" in r.stdout
+    assert run("fuzz").returncode == 2 and run("fuzz", "topk_gate", "--all").returncode == 2

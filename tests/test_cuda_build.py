@@ -12,7 +12,7 @@ CASES = [("per_token_cast", "build_e4m3_ue8m0_row", (7168, 128, "bf16")), ("topk
          ("batched_transpose", "build_base", (8, 7168, "e4m3")),                   # copied elements
          ("per_token_cast", "build_e5m6_ue8m0_col", (7168, 128, "bf16")),         # packed 12-bit codes, col scales
          ("per_token_cast", "build_e2m1_ue8m0_byte_row", (7168, 32, "bf16")),
-         ("cast_back", "build_e5m6_ue8m0_bf16", (7168, 128)),                     # unpacking loads
+         ("cast_back", "build_e5m6_ue8m0_bf16", (7168, 128, 1)),                   # unpacking loads
          ("per_token_cast_and_cast_back", "build_e2m1_pow2_bf16", (7168, 32, "bf16")),
          # kept rows, a load at positions, int64 counts added by one atomic per counter
          ("swiglu_forward", "build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp",

@@ -8,8 +8,8 @@ from tkgen import registry
 from tkgen.runtime.compile import lower_source
 
 CASES = [("per_token_cast", "build_e5m6_ue8m0_col", (256, 64, "bf16")),
-         ("cast_back", "build_e5m6_ue8m0_bf16", (256, 32)),
-         ("cast_back", "build_e2m1_ue8m0_byte_fp32", (640, 32))]
+         ("cast_back", "build_e5m6_ue8m0_bf16", (256, 32, 1)),
+         ("cast_back", "build_e2m1_ue8m0_byte_fp32", (640, 32, 1))]
 
 
 @pytest.mark.parametrize("op, factory, args", CASES)

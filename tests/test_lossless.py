@@ -69,8 +69,8 @@ def test_lossless_on_the_references(block, in_scale, scale, layout, T, H, spread
     sf = scales_from_exponents(e, in_scale)
     out, out_sf = _ref("per_block_cast_lossless", f"{in_scale}_{scale}_{layout}")(q, sf, rows, cols, 32)
     assert out.dtype == torch.float8_e4m3fn and out.shape == (T, H)
-    want, = _ref("cast_back", f"e2m1_{in_scale}_fp32")(q, sf, 32)
-    got, = _ref("cast_back", f"e4m3_{scale}_fp32")(out, per_row(out_sf, rows, T), cols)
+    want, = _ref("cast_back", f"e2m1_{in_scale}_fp32")(q, sf, 32, 1)
+    got, = _ref("cast_back", f"e4m3_{scale}_fp32")(out, per_row(out_sf, rows, T), cols, 1)
     assert same_f32(got, want)
 
 

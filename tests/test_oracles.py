@@ -135,9 +135,10 @@ def test_cast_back_reference_vs_independent_decoders():
         (y,) = reference_outputs(pkg.OP, pkg, t, p)
         sf = t["sf"]
         if p["scale"] != "fp32":
-            b = sf.contiguous().view(torch.uint8).to(torch.int64).reshape(T, sf.shape[1] * sf.element_size())
+            b = sf.contiguous().view(torch.uint8).to(torch.int64).reshape(sf.shape[0], sf.shape[1] * sf.element_size())
             b = b[:, :H // p["block"]]
             sf = torch.exp2(b.double() - 127).float()
+        sf = sf.repeat_interleave(p["block_rows"], dim=0)[:T]          # one scale row per block of rows
         want = oracle_decode(t["q"], p["fmt"], H).reshape(T, H // p["block"], p["block"]) * sf[..., None]
         assert same_bits(y, want.reshape(T, H).to(torch.bfloat16 if p["out"] == "bf16" else torch.float32))
     prop()

@@ -5,9 +5,15 @@ the generated kernel, the generated reference in eager PyTorch, torch.compile of
 competitor adapters (TileKernels) found in the adapters file; a competitor that cannot run is skipped
 with its reason. Bytes come from the spec: every input read once, every output written once.
 
-Timing: warm-up, then `reps` timed batches of launches between device events (CUDA graphs where an
-implementation can be captured), median over batches; inputs rotate over enough copies that the whole
-working set exceeds the L2 cache. On the CPU the same loop runs with a wall clock.
+Every implementation is timed two ways, alternating:
+- kernel (`time_us`): warm-up, then `reps` timed batches of launches between device events, captured in a
+  CUDA graph where an implementation can be (so host work does not count); tkgen's row launches its
+  prepared kernel;
+- eager (`eager_us`): the same batches of the Python call as a training loop makes it (tkgen's row calls
+  `tkgen.ops.<op>`), without a graph; `host_us` is the host's own time per call in those batches (wall
+  clock from the first call to the return of the last, before waiting for the device).
+Medians over batches; inputs rotate over enough copies that the whole working set exceeds the L2 cache.
+On the CPU the same loops run with a wall clock (kernel and eager then differ by tkgen's host path alone).
 """
 from __future__ import annotations
 
@@ -41,6 +47,21 @@ class Result:
     note: str = ""
     spread_us: Optional[float] = None
     extra: Dict = field(default_factory=dict)
+    eager_us: Optional[float] = None      # the Python call, no CUDA graph (see the module doc)
+    host_us: Optional[float] = None       # the host's time per eager call
+
+
+@dataclass
+class Impl:
+    """One implementation of a workload: per rotated input set, the callable timed as the kernel and the
+    one timed as an eager call (the same where the user-facing call is all there is), or None and why."""
+    fns: Optional[List[Callable]]
+    note: str = ""
+    eager: Optional[List[Callable]] = None
+
+    def __post_init__(self):
+        if self.eager is None:
+            self.eager = self.fns
 
 
 ROUNDS = 3   # timing rounds per implementation, interleaved
@@ -51,10 +72,11 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def time_fn(fns: List[Callable], device, reps=30, batch=10, warmup_ms=25.0, graph=True):
+def time_fn(fns: List[Callable], device, reps=30, batch=10, warmup_ms=25.0, graph=True, host=None):
     """Median time (µs) of one call, cycling through `fns` (one per rotated input set).
 
-    Returns (median_us, spread_us, used_graph)."""
+    Returns (median_us, spread_us, used_graph). `host`: a list that receives the host's median time per
+    call (µs) where the calls are not captured in a graph."""
     n = len(fns)
     call = lambda i: fns[i % n]()  # noqa: E731
     t0 = time.perf_counter()
@@ -67,8 +89,13 @@ def time_fn(fns: List[Callable], device, reps=30, batch=10, warmup_ms=25.0, grap
     # batch covers every rotated input set, so that the working set stays beyond the L2 cache
     batch = max(n, min(batch, int(2e-3 / ((time.perf_counter() - t0) / i))))
     used_graph = False
+    issued = []
     if device.type == "cuda":
-        runner = lambda: [call(k) for k in range(batch)]  # noqa: E731
+        def runner():
+            a = time.perf_counter()
+            for k in range(batch):
+                call(k)
+            issued.append((time.perf_counter() - a) * 1e6 / batch)
         if graph:
             try:
                 g = torch.cuda.CUDAGraph()
@@ -83,6 +110,7 @@ def time_fn(fns: List[Callable], device, reps=30, batch=10, warmup_ms=25.0, grap
                 used_graph = True
             except Exception:  # not capturable (host syncs, allocations outside the pool): time launches
                 torch.cuda.synchronize(device)
+        issued.clear()
         samples = []
         for _ in range(reps):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -98,6 +126,9 @@ def time_fn(fns: List[Callable], device, reps=30, batch=10, warmup_ms=25.0, grap
             for k in range(batch):
                 call(r * batch + k)
             samples.append((time.perf_counter() - a) * 1e6 / batch)
+        issued = list(samples)
+    if host is not None and issued and not used_graph:
+        host.append(statistics.median(issued))
     samples.sort()
     return statistics.median(samples), samples[int(len(samples) * 0.8)] - samples[int(len(samples) * 0.2)], used_graph
 
@@ -175,32 +206,34 @@ def workload_impls(name, wl, device, against, adapters, copies=None, schedule=No
         copies = max(1, min(16, -(-2 * L2_BYTES // max(nbytes, 1)))) if device.type == "cuda" else 1
     sets = probe + (workload_inputs(pkg, wl, device, copies)[0][1:] if copies > 1 else [])
     present = {f"?{n}": probe[0][n] is not None for n in spec.optional_inputs}
-    impls = {"tkgen": ([launch] + [prepare(pkg.OP, s, params, schedule=schedule)[0] for s in sets[1:]], "")}
+    public = getattr(pkg, name)
+    impls = {"tkgen": Impl([launch] + [prepare(pkg.OP, s, params, schedule=schedule)[0] for s in sets[1:]],
+                           eager=[(lambda s=s: public(**s, **params)) for s in sets])}
     ref = ref_mod.VARIANTS[variant_of(pkg.OP, params, probe[0])]
     statics = [params[p.name] for p in pkg.OP.params if not p.structural]
     args_of = lambda s: [s[i.name] for i in pkg.OP.inputs] + statics  # noqa: E731
     if "torch" in against:
-        impls["torch"] = ([(lambda s=s: ref(*args_of(s))) for s in sets], "")
+        impls["torch"] = Impl([(lambda s=s: ref(*args_of(s))) for s in sets])
     if "compile" in against:
         try:
             cref = torch.compile(ref, dynamic=False)
             cref(*args_of(sets[0]))
-            impls["compile"] = ([(lambda s=s: cref(*args_of(s))) for s in sets], "")
+            impls["compile"] = Impl([(lambda s=s: cref(*args_of(s))) for s in sets])
         except Exception as e:  # noqa: BLE001
-            impls["compile"] = (None, f"torch.compile failed: {type(e).__name__}: {str(e)[:120]}")
+            impls["compile"] = Impl(None, f"torch.compile failed: {type(e).__name__}: {str(e)[:120]}")
     for comp in against:
         if comp in ("torch", "compile", "tkgen"):
             continue
         adapter = adapters.get(comp, {}).get(name)
         if adapter is None:
-            impls[comp] = (None, f"no {comp} adapter for {name}")
+            impls[comp] = Impl(None, f"no {comp} adapter for {name}")
             continue
         try:
             fn = adapter(params, dims)
             fn(*[sets[0][i.name] for i in pkg.OP.inputs])
-            impls[comp] = ([(lambda s=s: fn(*[s[i.name] for i in pkg.OP.inputs])) for s in sets], "")
+            impls[comp] = Impl([(lambda s=s: fn(*[s[i.name] for i in pkg.OP.inputs])) for s in sets])
         except Exception as e:  # noqa: BLE001
-            impls[comp] = (None, f"{comp} unavailable: {type(e).__name__}: {str(e)[:160]}")
+            impls[comp] = Impl(None, f"{comp} unavailable: {type(e).__name__}: {str(e)[:160]}")
     return dict(label=wl["name"] + " " + ",".join(f"{k}={v}" for k, v in wl["dims"].items()),
                 nbytes=nbytes, ops=op_count(spec, cat, {**dims, **params, **present}),
                 inputs=probe[0], params=params, impls=impls)
@@ -247,13 +280,16 @@ def warm_caches(names, device, against, adapters_path, jobs, log=print):
     log(f"built {len(work)} workloads in {time.time() - t:.0f} s with {jobs} workers")
 
 
-def bench_op(name, device, against, adapters, reps=30, log=print, schedule=None):
-    """All results for one operator's workloads; the generated kernel's outputs on the first input set are
-    checked against the reference (as the spec declares) before it is timed."""
+def bench_op(name, device, against, adapters, reps=30, log=print, schedule=None, workloads=None):
+    """All results for one operator's workloads (or those named in `workloads`); the generated kernel's
+    outputs on the first input set are checked against the reference (as the spec declares) before it is
+    timed."""
     from .model import load_catalog
     from .testing.check import check_tensors
     results = []
     for wl in load_catalog(registry.specs_dir()).op(name).workloads:
+        if workloads is not None and wl["name"] not in workloads:
+            continue
         w = workload_impls(name, wl, device, against, adapters, schedule=schedule)
         label, impls = w["label"], w["impls"]
         try:
@@ -262,24 +298,31 @@ def bench_op(name, device, against, adapters, reps=30, log=print, schedule=None)
         except AssertionError as e:
             checked = f"MISMATCH: {str(e)[:300]}"
             log(f"  {name} [{label}] tkgen output MISMATCH: {str(e)[:300]}")
-        rounds = {impl: [] for impl, (fns, _) in impls.items() if fns is not None}
+        timed = {impl: x for impl, x in impls.items() if x.fns is not None}
+        rounds = {impl: {"kernel": [], "eager": [], "host": []} for impl in timed}
         graphs = {}
+        per_round = max(3, reps // ROUNDS)
         for _ in range(ROUNDS):   # alternate: slow drifts (clocks, heat) spread over every implementation
-            for impl in rounds:
-                t, _, graphs[impl] = time_fn(impls[impl][0], device, reps=max(3, reps // ROUNDS))
-                rounds[impl].append(t)
-        for impl, (fns, note) in impls.items():
+            for impl, x in timed.items():
+                r = rounds[impl]
+                t, _, graphs[impl] = time_fn(x.fns, device, reps=per_round)
+                r["kernel"].append(t)
+                r["eager"].append(time_fn(x.eager, device, reps=per_round, graph=False, host=r["host"])[0])
+        for impl, x in impls.items():
             extra = {"ops": w["ops"], **({"checked": checked} if impl == "tkgen" else {})}
-            if fns is None:
-                log(f"  {name} [{label}] {impl}: skipped ({note})")
-                results.append(Result(name, label, impl, None, w["nbytes"], note=note, extra=extra))
+            if x.fns is None:
+                log(f"  {name} [{label}] {impl}: skipped ({x.note})")
+                results.append(Result(name, label, impl, None, w["nbytes"], note=x.note, extra=extra))
                 continue
-            t = statistics.median(rounds[impl])
+            r = rounds[impl]
+            t = statistics.median(r["kernel"])
             results.append(Result(name, label, impl, t, w["nbytes"], gbps=w["nbytes"] / (t * 1e-6) / 1e9,
-                                  spread_us=max(rounds[impl]) - min(rounds[impl]),
+                                  spread_us=max(r["kernel"]) - min(r["kernel"]),
                                   note="" if graphs[impl] or device.type == "cpu" else "timed without CUDA graph",
-                                  extra=extra))
-            log(f"  {name} [{label}] {impl}: {t:.1f} µs ({results[-1].gbps:.0f} GB/s)")
+                                  extra=extra, eager_us=statistics.median(r["eager"]),
+                                  host_us=statistics.median(r["host"])))
+            log(f"  {name} [{label}] {impl}: {t:.1f} µs ({results[-1].gbps:.0f} GB/s); eager "
+                f"{results[-1].eager_us:.1f} µs, host {results[-1].host_us:.1f} µs per call")
     return results
 
 
@@ -289,19 +332,24 @@ def report(results, copy_gbps, device_name, out_dir, plot=True):
     for r in results:
         if r.gbps:
             r.pct_copy = 100 * r.gbps / copy_gbps
-    rows = ["| op | workload | impl | time (µs) | GB/s | % of copy | tkgen ratio | note |", "|---|---|---|---|---|---|---|---|"]
+    rows = ["| op | workload | impl | kernel (µs) | eager (µs) | host (µs/call) | GB/s | % of copy | "
+            "tkgen ratio, kernel | tkgen ratio, eager | note |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     by = {}
     for r in results:
         by.setdefault((r.op, r.workload), {})[r.impl] = r
+    show = lambda v: "–" if v is None else f"{v:.1f}"  # noqa: E731
+    ratio = lambda a, b: f"{a / b:.2f}" if a and b else ""  # noqa: E731
     for (op, wl), impls in by.items():
         mine = impls.get("tkgen")
         for impl, r in impls.items():
-            ratio = f"{mine.time_us / r.time_us:.2f}" if (mine and mine.time_us and r.time_us and impl != "tkgen") else ""
+            kernel_ratio = ratio(mine.time_us, r.time_us) if mine and impl != "tkgen" else ""
+            eager_ratio = ratio(mine.eager_us, r.eager_us) if mine and impl != "tkgen" else ""
             note = r.note
             if impl == "tkgen" and r.extra.get("checked", "").startswith("MISMATCH"):
                 note = (note + "; " if note else "") + "output does NOT match the reference"
-            rows.append(f"| {op} | {wl} | {impl} | {r.time_us:.1f} | {r.gbps:.0f} | {r.pct_copy:.0f}% | {ratio} | {note} |"
-                        if r.time_us else f"| {op} | {wl} | {impl} | – | – | – | | {note} |")
+            rows.append(f"| {op} | {wl} | {impl} | {r.time_us:.1f} | {show(r.eager_us)} | {show(r.host_us)} | "
+                        f"{r.gbps:.0f} | {r.pct_copy:.0f}% | {kernel_ratio} | {eager_ratio} | {note} |"
+                        if r.time_us else f"| {op} | {wl} | {impl} | – | – | – | – | – | | | {note} |")
     table = "\n".join(rows)
     meta = {"device": device_name, "copy_gbps": copy_gbps, "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%d"), "cuda": torch.version.cuda}

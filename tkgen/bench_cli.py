@@ -60,8 +60,7 @@ def _tune_case(pkg, spec, wl, device, arch):
     dims = check(pkg.OP, sets[0], params)
     module = importlib.import_module(f"{pkg.__name__}.kernel_{arch}")
     variant, statics, dtypes = specialization(pkg.OP, sets[0], params, dims)
-    return dict(name=wl["name"], sets=sets, params=params, module=module, statics=statics + dtypes,
-                factory=getattr(module, f"build_{variant}"))
+    return dict(name=wl["name"], sets=sets, params=params, module=module, statics=statics + dtypes, variant=variant)
 
 
 def _try_candidate(pkg, case, arch, cand, device, reps):
@@ -80,10 +79,10 @@ def cmd_tune(args):
     """Sweep the schedule space over every workload of the op; keep the candidate with the smallest
     geometric mean time among those that match the reference on all of them (one schedule per op and
     profile must serve every shape, so a candidate tuned on one shape alone can be slow on another)."""
-    import inspect
     import math
     import torch
     from .model import load_catalog
+    from .runtime.compile import knobs as compile_knobs
     from .runtime.ops import arch_for
 
     device = torch.device(args.device)
@@ -97,12 +96,12 @@ def cmd_tune(args):
     if not cases:
         print(f"{args.op} lists no workloads to tune on", file=sys.stderr)
         return 1
-    knobs = [n for n, p in inspect.signature(cases[0]["factory"]).parameters.items() if p.kind == p.KEYWORD_ONLY]
+    knobs = compile_knobs(cases[0]["module"], cases[0]["variant"])
     space = {"tune_space": json.loads(args.space)} if args.space else arch_doc
     cands = [{}] + list(tune_space(space, knobs))
     if device.type == "cuda":   # build every candidate in parallel worker processes first
         from .runtime.compile import precompile
-        jobs = [(c["module"].__name__, c["factory"].__name__, c["statics"], k) for c in cases for k in cands]
+        jobs = [(c["module"].__name__, c["variant"], c["statics"], k) for c in cases for k in cands]
         errors = precompile(jobs, workers=max(2, (os.cpu_count() or 4) - 2))
         print(f"precompiled {len(jobs)} kernels ({len(errors)} failed to build)", flush=True)
     best = None

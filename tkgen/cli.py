@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ def cmd_list(args):
         print(f"{name:<{width}}  {spec.family:<6} {variants} variant(s)  {' '.join(spec.doc.split())[:70]}")
     print(f"\nformats: {', '.join(sorted(cat.elements))} (element); {', '.join(sorted(cat.scales))} (scale)")
     print(f"archs:   {', '.join(sorted(cat.archs))}")
+    print(f"\nspecs:     {Path(args.specs).resolve()}\ngenerated: {registry.generated_dir().resolve()}")
     return 0
 
 
@@ -82,6 +84,13 @@ def cmd_validate(args):
 
 def cmd_generate(args):
     from .generate import write
+    if args.out is None:
+        if args.specs_given and "generated" not in registry.project_settings(Path.cwd().resolve()) \
+                and not os.environ.get("TKGEN_GENERATED"):
+            print("tkgen --specs DIR generate: say where the code goes (--out DIR, $TKGEN_GENERATED or "
+                  "`generated` under [tool.tkgen] in pyproject.toml)", file=sys.stderr)
+            return 2
+        args.out = str(registry.generated_dir())
     try:
         cat = _catalog(args)
     except SpecError as e:
@@ -111,16 +120,17 @@ def cmd_generate(args):
 
 
 def cmd_fuzz(args):
-    from hypothesis import HealthCheck, given, seed, settings
     from .testing import check as C
 
     registry.use_generated(args.generated)
-    pkg = registry.op_package(args.op)
     if args.device == "cuda":
         import torch
         if not torch.cuda.is_available():
             print("no CUDA device here", file=sys.stderr)
             return 2
+    if args.all == bool(args.op):
+        print("tkgen fuzz: name one op, or --all", file=sys.stderr)
+        return 2
     if args.replay:
         case = json.loads(args.replay)
         try:
@@ -130,45 +140,104 @@ def cmd_fuzz(args):
             return 1
         print("replayed case passes")
         return 0
-    strategies = __import__(pkg.__name__ + ".strategies", fromlist=["cases"])
-    state = {"n": 0, "last_fail": None, "t0": time.time(), "shown": 0.0}
-    tty = sys.stdout.isatty()
+    names = sorted(registry.op_modules()) if args.all else [args.op]
+    for name in names:
+        registry.op_package(name)          # an unknown op fails here, before any example runs
+    seed = args.seed if args.seed is not None else int(time.time() * 1000) % (1 << 32)
+    progress = Progress(len(names) * args.examples)
+    results = {name: fuzz_op(name, args.examples, args.device, seed, progress) for name in names}
+    progress.done()
+    failed = [n for n, r in results.items() if r["failure"]]
+    for name in failed:
+        f = results[name]["failure"]
+        print(f"\n{name} FAILED after {results[name]['examples']} examples. Shrunk counterexample:\n"
+              f"{json.dumps(f['case'], indent=1)}\n\n{f['error']}\n\nreplay with:\n  {f['replay']}")
+    total = sum(r["examples"] for r in results.values())
+    seconds = sum(r["seconds"] for r in results.values())
+    for name, r in results.items():
+        if not r["failure"]:
+            print(f"{name}: {r['examples']} examples on {args.device}, kernel and reference agree "
+                  f"({r['per_second']:.1f} examples/s)")
+    print(f"{total} examples of {len(names)} op(s) in {seconds:.0f} s ({total / max(seconds, 1e-9):.1f} examples/s); "
+          f"{len(failed)} failed")
+    if args.summary:
+        Path(args.summary).write_text(json.dumps({"device": args.device, "seed": seed, "examples_per_op": args.examples,
+                                                  "examples": total, "seconds": seconds,
+                                                  "per_second": total / max(seconds, 1e-9), "ops": results}, indent=1))
+        print(f"summary: {args.summary}")
+    return 1 if failed else 0
 
-    @settings(max_examples=args.examples, deadline=None, database=None,
+
+class Progress:
+    """One progress line for a whole campaign: examples done of all, the op, examples per second."""
+
+    def __init__(self, total):
+        self.total, self.n, self.t0, self.shown = total, 0, time.time(), 0.0
+        self.tty = sys.stdout.isatty()
+
+    def step(self, op):
+        self.n += 1
+        now = time.time()
+        if now - self.shown < (0.5 if self.tty else 10.0) and self.n < self.total:
+            return
+        self.shown = now
+        rate = self.n / max(now - self.t0, 1e-9)
+        width = 30
+        bar = "#" * int(width * self.n / self.total)
+        line = (f"[{bar:<{width}}] {self.n}/{self.total} examples, {rate:.1f}/s, "
+                f"ETA {(self.total - self.n) / max(rate, 1e-9):.0f} s, {op}")
+        print(f"\r{line:<110}" if self.tty else line, end="" if self.tty else "\n", flush=True)
+
+    def done(self):
+        if self.tty:
+            print()
+
+
+def fuzz_op(name, examples, device, seed, progress):
+    """Property-test one op's kernel against its reference on `examples` drawn cases; the shrunk
+    counterexample of a failure. Compiled specializations stay cached in the process for the next op."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as seeded
+    from .testing import check as C
+    pkg = registry.op_package(name)
+    strategies = __import__(pkg.__name__ + ".strategies", fromlist=["cases"])
+    state = {"n": 0, "last_fail": None, "kernels": set()}
+
+    @settings(max_examples=examples, deadline=None, database=None,
               suppress_health_check=list(HealthCheck), print_blob=False)
-    @seed(args.seed if args.seed is not None else int(time.time() * 1000) % (1 << 32))
+    @seeded(seed)
     @given(strategies.cases())
     def prop(case):
         state["n"] += 1
-        now = time.time()
-        if now - state["shown"] > (0.5 if tty else 10.0):
-            state["shown"] = now
-            print(f"{chr(13) if tty else ''}{args.op} on {args.device}: {state['n']} examples, "
-                  f"{now - state['t0']:.0f} s", end="" if tty else "\n", flush=True)
+        state["kernels"].add(json.dumps(C.specialization(pkg.OP, case)))
+        progress.step(name)
         try:
-            C.run_case(args.op, case, args.device)
+            C.run_case(name, case, device)
         except Exception:
             state["last_fail"] = case
             raise
 
+    t = time.time()
+    failure = None
     try:
         prop()
-    except Exception as e:
-        print()
+    except Exception as e:  # noqa: BLE001  (reported with its case; the campaign goes on)
         case = state["last_fail"]
-        if case is None:   # the failure is not a case's: the strategy or the harness itself broke
-            print(f"FAILED before any case ran: {type(e).__name__}: {e}")
-            return 1
-        print(f"FAILED after {state['n']} examples. Shrunk counterexample:\n{json.dumps(case, indent=1)}")
-        print(f"\n{e}\n\nreplay with:\n  {C.replay_command(args.op, case, args.device)}")
-        return 1
-    print(f"\n{args.op}: {state['n']} examples on {args.device}, kernel and reference agree")
-    return 0
+        failure = {"case": case, "error": f"{type(e).__name__}: {e}",
+                   "replay": C.replay_command(name, case, device) if case is not None else None}
+        if case is None:            # the failure is not a case's: the strategy or the harness itself broke
+            failure["error"] = f"FAILED before any case ran: {failure['error']}"
+    seconds = time.time() - t
+    progress.n += max(0, examples - state["n"])      # examples hypothesis skipped (a small search space)
+    # `specializations`: the distinct kernels the examples needed (each compiles once, then is cached)
+    return {"examples": state["n"], "seconds": seconds, "per_second": state["n"] / max(seconds, 1e-9),
+            "specializations": len(state["kernels"]), "failure": failure}
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="tkgen", description=__doc__)
-    ap.add_argument("--specs", default=str(registry.specs_dir()), help="the specs directory (default: %(default)s)")
+    ap.add_argument("--specs", default=None, help=f"the specs directory (default: {registry.specs_dir()}; see "
+                    "tkgen/registry.py for $TKGEN_SPECS and [tool.tkgen] in pyproject.toml)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="operators, formats and architectures").set_defaults(fn=cmd_list)
     p = sub.add_parser("show", help="an operator's spec in brief and its generated files")
@@ -178,11 +247,13 @@ def main(argv=None):
     p.add_argument("paths", nargs="+")
     p.set_defaults(fn=cmd_validate)
     p = sub.add_parser("generate", help="write generated/ from specs/")
-    p.add_argument("--out", default=str(registry.generated_dir()))
+    p.add_argument("--out", default=None, help=f"where the code goes (default: {registry.generated_dir()})")
     p.add_argument("--check", action="store_true", help="fail, naming files, if generated/ is out of date")
     p.set_defaults(fn=cmd_generate)
-    p = sub.add_parser("fuzz", help="property-test one operator's kernel against its reference")
-    p.add_argument("op")
+    p = sub.add_parser("fuzz", help="property-test an operator's kernel (or every one's) against its reference")
+    p.add_argument("op", nargs="?")
+    p.add_argument("--all", action="store_true", help="a campaign over every op, one progress line")
+    p.add_argument("--summary", default=None, help="write a JSON summary (examples, seconds, failures per op)")
     p.add_argument("--examples", type=int, default=100)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--seed", type=int, default=None, help="seed of the search (the same seed draws the same cases)")
@@ -195,6 +266,8 @@ def main(argv=None):
     except ImportError:
         pass
     args = ap.parse_args(argv)
+    args.specs_given = args.specs is not None
+    args.specs = args.specs or str(registry.specs_dir())
     return args.fn(args)
 
 

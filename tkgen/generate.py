@@ -164,11 +164,41 @@ def op_module(catalog, spec, header):
     if ag is not None:
         ag.public_args = public_args
         ag.call_args = [f"{a.split('=')[0]}={a.split('=')[0]}" for a in public_args]
-    return render("op.py.j2", header=header, op=spec, autograd=ag,
+    doc = docstring(catalog, spec)
+    block = scale_block(spec)
+    if block:
+        doc = doc.replace("\n    \n    Returns:", "\n        scale_block: the scale block as (rows, cols), in place of "
+                          f"{' and '.join(f'`{n}`' for n in block['names'])} (docs/api-conventions.md).\n    \n    Returns:")
+    formats = [p.name for p in spec.params.values() if p.structural and set(map(str, p.choices or ())) & FORMAT_NAMES]
+    return render("op.py.j2", header=header, op=spec, autograd=ag, scale_block=block, dtype_params=formats,
                   optional_inputs=spec.optional_inputs, static_params=[p.name for p in spec.params.values()], params=params, inputs=inputs, outputs=outputs, dims=dims,
                   requires=requires, factory_args=repr(factory_args), custom_args=custom_args,
-                  plain_args=plain_args, public_args=public_args, returns=returns, docstring=docstring(catalog, spec),
+                  plain_args=plain_args, public_args=public_args, returns=returns, docstring=doc,
+                  tensor_args=_tuple_source(spec.inputs), param_args=_tuple_source(spec.params),
                   has_optional=bool(spec.optional_inputs or spec.optional_params))
+
+
+# The API conventions (docs/api-conventions.md): format params accept torch dtypes, and a scale block is
+# `scale_block=(rows, cols)`, whatever the spec calls its sides (the first of these names it has; a side it
+# lacks is 1).
+FORMAT_NAMES = {"fp32", "bf16", "e4m3", "e5m2", "e2m1"}     # the names runtime.conventions maps dtypes to
+BLOCK_ROWS, BLOCK_COLS = ("block_rows", "group_tokens"), ("block_cols", "group", "block")
+
+
+def scale_block(spec):
+    """{rows, cols: param name or None, names} of an op's scale block, or None if it has none."""
+    rows = next((n for n in BLOCK_ROWS if n in spec.params), None)
+    cols = next((n for n in BLOCK_COLS if n in spec.params), None)
+    # a side without a default stays a required argument: `scale_block` could not stand in for it
+    if (rows is None and cols is None) or any(spec.params[n].default is None for n in (rows, cols) if n):
+        return None
+    return dict(rows=rows, cols=cols, names=[n for n in (rows, cols) if n])
+
+
+def _tuple_source(names) -> str:
+    """Python source of a tuple of these names (`x,` for one)."""
+    names = list(names)
+    return ", ".join(names) + ("," if len(names) == 1 else "")
 
 
 def output_dtype(catalog, spec, t, variant) -> str:
@@ -320,7 +350,7 @@ def render_modules(catalog, ops) -> Dict[Path, str]:
         out[base / "reference.py"], _ = reference_module(catalog, spec, header)
         out[base / "op.py"] = op_module(catalog, spec, header)
         out[base / "strategies.py"] = strategies_module(catalog, spec, header)
-        out[base / "__init__.py"] = f"{header}\nfrom .op import OP, {spec.name}  # noqa: F401\n"
+        out[base / "__init__.py"] = f"{header}\nfrom .op import OP, invoke, {spec.name}  # noqa: F401\n"
     for fam in sorted(families):
         out[Path(fam) / "__init__.py"] = common_header + "\n"
     return out

@@ -1,7 +1,13 @@
-"""Where generated code lives and how it is imported.
+"""Where specs and generated code live and how generated code is imported.
 
-Generated code is the package `tkgen_generated`, mapped onto a directory: the repository's `generated/`
-by default, or the directory in $TKGEN_GENERATED (a user's own spec tree generated elsewhere).
+Generated code is the package `tkgen_generated`, mapped onto a directory. Both it and the specs
+directory are found, first match wins:
+1. the environment: $TKGEN_SPECS, $TKGEN_GENERATED (and `tkgen --specs DIR`, `generate --out DIR`);
+2. a project file: the nearest `pyproject.toml` at or above the working directory with a `[tool.tkgen]`
+   table, `specs = "DIR"` and `generated = "DIR"` relative to that file (a user's own specs, generated
+   into their own package);
+3. a source checkout of tkgen: its `specs/` and `generated/`;
+4. the copies an installed wheel carries (tkgen/_bundled/).
 """
 from __future__ import annotations
 
@@ -9,21 +15,58 @@ import importlib
 import os
 import sys
 import types
+from functools import lru_cache
 from pathlib import Path
+from typing import Optional
 
 PACKAGE = "tkgen_generated"
 REPO = Path(__file__).resolve().parent.parent
+BUNDLED = Path(__file__).resolve().parent / "_bundled"
 
 
 def specs_dir() -> Path:
-    return Path(os.environ.get("TKGEN_SPECS", REPO / "specs"))
+    return _located("specs", "TKGEN_SPECS")
 
 
 def generated_dir() -> Path:
-    return Path(os.environ.get("TKGEN_GENERATED", REPO / "generated"))
+    return _located("generated", "TKGEN_GENERATED")
 
 
-def use_generated(path=None):
+def _located(name: str, env: str) -> Path:
+    if os.environ.get(env):
+        return Path(os.environ[env])
+    project = project_settings(Path.cwd().resolve())
+    if name in project:
+        return project[name]
+    if (REPO / "specs" / "archs").is_dir() and (REPO / "tkgen" / "registry.py").is_file():
+        return REPO / name
+    return BUNDLED / name
+
+
+@lru_cache(maxsize=None)
+def project_settings(start: Path) -> dict:
+    """{"specs": Path, "generated": Path} from the nearest pyproject.toml with a [tool.tkgen] table."""
+    for d in (start, *start.parents):
+        f = d / "pyproject.toml"
+        if f.is_file():
+            table = _toml(f).get("tool", {}).get("tkgen")
+            if table is not None:
+                return {k: (d / table[k]).resolve() for k in ("specs", "generated") if k in table}
+    return {}
+
+
+def _toml(path: Path) -> dict:
+    try:
+        import tomllib
+    except ImportError:          # Python 3.10
+        import tomli as tomllib
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def use_generated(path: Optional[Path] = None):
     """Map the package `tkgen_generated` onto a directory (dropping modules imported from another).
 
     Without a path, keep the current mapping, or map the default directory."""

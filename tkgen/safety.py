@@ -192,6 +192,7 @@ _IMPORTS = {
     ("typing", 0): {"Optional"}, ("hypothesis", 0): {"strategies"}, ("tkgen", 0): {"registry"},
     ("tkgen.runtime.schedule", 0): "defined", ("tkgen.runtime.ops", 0): "defined",
     ("tkgen.runtime.autograd", 0): "defined", ("tkgen.testing.strategies", 0): "defined",
+    ("tkgen.runtime.conventions", 0): "defined", ("tkgen.runtime.fastpath", 0): "defined",
     ("tkgen.runtime.torch_prims", 0): "*",
     # generated siblings: the common helpers of a kernel or reference module, the op of a package
     ("common.tilelang_helpers", 3): "generated", ("common.torch_helpers", 3): "generated",
@@ -209,10 +210,11 @@ _TORCH_ATTRS = frozenset({
     "Tensor", "arange", "device", "empty", "zeros", "ones", "full", "tensor", "stack", "cat", "where",
     "maximum", "minimum", "isnan", "isinf", "abs", "exp", "log", "sqrt", "rsqrt", "floor", "ceil", "round",
     "trunc", "sign", "clamp", "bitwise_and", "bitwise_or", "bitwise_xor", "contiguous_format", "library",
-    "ops", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int8", "uint8", "int16",
+    "ops", "compiler", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int8", "uint8", "int16",
     "uint16", "int32", "uint32", "int64", "bool", "div", "remainder", "float64", "broadcast_to",
 })
-_TORCH_CHAINS = {"library": frozenset({"custom_op"}), "ops": frozenset({"tkgen"})}
+_TORCH_CHAINS = {"library": frozenset({"custom_op"}), "ops": frozenset({"tkgen"}),
+                 "compiler": frozenset({"is_compiling"})}
 _TILELANG_ATTRS = frozenset({
     "Kernel", "Parallel", "Pipelined", "Serial", "Unroll", "serial", "unroll", "grid", "vectorized",
     "prim_func", "macro", "dynamic", "symbolic", "Tensor", "Buffer", "Select", "if_then_else", "cast",

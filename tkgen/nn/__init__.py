@@ -31,7 +31,7 @@ class RMSNorm(torch.nn.Module):
         self.weight = torch.nn.Parameter(torch.ones(hidden, dtype=dtype, device=device))
 
     def forward(self, x, residual=None):
-        return functional.rms_norm(x, self.weight, residual=residual, eps=self.eps)
+        return functional.rms_norm(x, self.weight.shape, self.weight, self.eps, residual=residual)
 
 
 __all__ = ["functional", "SwiGLU", "RMSNorm"]

@@ -1,6 +1,7 @@
 """Compile generated kernel factories once per specialization, through TileLang's own caches."""
 from __future__ import annotations
 
+import functools
 import os
 import threading
 
@@ -19,33 +20,77 @@ def storages_of(prim_func):
     return tuple(str(prim_func.buffer_map[p].dtype) for p in prim_func.params if p in prim_func.buffer_map)
 
 
-def compile_kernel(module, factory, args, schedule=None):
-    """(compiled kernel, storage dtypes) for `factory(*args, **schedule)` of a generated kernel module.
+# The calling convention of generated kernel factories, in one place (the kernel IR may change it):
+# `build_<variant>(static dims, static params, input dtypes, *, knobs)` returns a TileLang PrimFunc.
+
+def factory(module, variant: str):
+    """A variant's kernel factory in a generated kernel module."""
+    return getattr(module, f"build_{variant}")
+
+
+def knobs(module, variant: str):
+    """The schedule knobs a variant's factory takes (keyword-only arguments)."""
+    import inspect
+    params = inspect.signature(factory(module, variant)).parameters.values()
+    return [p.name for p in params if p.kind == p.KEYWORD_ONLY]
+
+
+def build(module, variant: str, args: tuple, schedule=None):
+    """The PrimFunc of a variant for its factory args (static dims, static params, input dtypes) and knobs."""
+    return factory(module, variant)(*args, **dict(schedule or {}))
+
+
+def compile_kernel(module, variant: str, args: tuple, schedule=None):
+    """(compiled kernel, storage dtypes) of a variant of a generated kernel module (see `build`).
 
     The in-process cache makes later calls free; TileLang's disk cache makes a new process cheap. The
     dynamic dim is a runtime symbol, so the row count is never part of the key.
     """
     schedule = dict(schedule or {})
-    key = (module.__name__, factory.__name__, args, tuple(sorted(schedule.items())))
+    key = (module.__name__, variant, args, tuple(sorted(schedule.items())))
     with _LOCK:
         hit = _CACHE.get(key)
     if hit is not None:
         return hit
     tilelang = _tilelang()
-    prim = factory(*args, **schedule)
-    kernel = tilelang.compile(prim, target=module.TARGET, pass_configs=dict(module.PASS_CONFIGS),
-                              compile_flags=list(module.COMPILE_FLAGS) or None)
+    prim = build(module, variant, args, schedule)
+    with compile_lock(module, variant, args, schedule):
+        kernel = tilelang.compile(prim, target=module.TARGET, pass_configs=dict(module.PASS_CONFIGS),
+                                  compile_flags=list(module.COMPILE_FLAGS) or None)
     result = (kernel, storages_of(prim))
     with _LOCK:
         _CACHE[key] = result
     return result
 
 
-def lower_source(module, factory, args, schedule=None) -> str:
-    """Lower `factory(*args)` for its module's target and return the device source (no GPU needed)."""
+def compile_lock(module, variant: str, args: tuple, schedule=None):
+    """A file lock per specialization, so that parallel processes (test workers, precompile workers)
+    compile each kernel once and the others then read TileLang's disk cache (whose writes are atomic
+    renames). The lock's name hashes the generated module's source (which names its spec's hash), the
+    variant, factory args, knobs, target and the TileLang and torch versions."""
+    import hashlib
+    import torch
+    from filelock import FileLock
+    from .cache import cache_dir
+    text = "|".join(map(str, (_source_hash(module.__file__), variant, args, sorted((schedule or {}).items()),
+                              module.TARGET, _tilelang().__version__, torch.__version__)))
+    locks = cache_dir() / "locks"
+    locks.mkdir(exist_ok=True)
+    return FileLock(str(locks / (hashlib.sha256(text.encode()).hexdigest()[:24] + ".lock")))
+
+
+@functools.lru_cache(maxsize=None)
+def _source_hash(path: str) -> str:
+    import hashlib
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def lower_source(module, factory_fn, args: tuple, schedule=None) -> str:
+    """Lower `factory_fn(*args, **schedule)` (a kernel factory of `module`, see `factory`) for its module's
+    target and return the device source (no GPU needed)."""
     tilelang = _tilelang()
     from tilelang import tvm
-    prim = factory(*args, **dict(schedule or {}))
+    prim = factory_fn(*args, **dict(schedule or {}))
     with tvm.transform.PassContext(config=dict(module.PASS_CONFIGS)), tvm.target.Target(module.TARGET):
         artifact = tilelang.lower(prim, target=tvm.target.Target(module.TARGET))
     return artifact.kernel_source
@@ -67,22 +112,22 @@ def nvcc_cubin(src: str, sm: str, flags=()):
 
 
 def _precompile_one(job):
-    module_name, factory_name, args, schedule = job
+    module_name, variant, args, schedule = job
     import importlib
     from .. import registry
     registry.use_generated()
     module = importlib.import_module(module_name)
     try:
-        compile_kernel(module, getattr(module, factory_name), tuple(args), schedule)
+        compile_kernel(module, variant, tuple(args), schedule)
         return None
     except Exception as e:  # noqa: BLE001  (reported to the caller, who decides)
-        return f"{factory_name}{tuple(args)} {schedule}: {type(e).__name__}: {e}"
+        return f"{module_name} {variant}{tuple(args)} {schedule}: {type(e).__name__}: {e}"
 
 
 def precompile(jobs, workers=8):
     """Fill TileLang's disk cache for many specializations at once, in worker processes.
 
-    jobs: (kernel module name, factory name, args, schedule dict). The calling process then compiles the
+    jobs: (kernel module name, variant, factory args, schedule dict). The calling process then compiles the
     same specializations from the disk cache in milliseconds. Returns the errors, if any.
     """
     import concurrent.futures as cf

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from .cache import cache_dir
+
 _SOURCE = """
 #include <math.h>
 void tkgen_expf(const float *x, float *y, long n) { for (long i = 0; i < n; ++i) y[i] = expf(x[i]); }
@@ -38,19 +40,10 @@ def _compiler() -> str:
     raise RuntimeError("tkgen references on the CPU need a C compiler (cc, gcc or clang) to reach libm's expf")
 
 
-def _cache_dir() -> Path:
-    cache = Path(os.environ.get("TKGEN_CACHE", Path.home() / ".cache" / "tkgen"))
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        return cache
-    except OSError:                       # a read-only home
-        return Path(tempfile.gettempdir())
-
-
 @functools.lru_cache(maxsize=None)
 def _library() -> ctypes.CDLL:
     key = hashlib.sha256(" ".join([_SOURCE, *_FLAGS, platform.machine()]).encode()).hexdigest()[:16]
-    cache = _cache_dir()
+    cache = cache_dir()
     lib = cache / f"libm_mirror_{key}.so"
     if not lib.exists():
         # built beside its final name, so that the rename is atomic (concurrent test workers never load a

@@ -9,12 +9,12 @@ from __future__ import annotations
 import importlib
 import threading
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
 from .compile import compile_kernel
-from .layouts import col_major_empty, col_major_storage
 
 TORCH_DTYPES = {
     "fp32": torch.float32, "bf16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64,
@@ -59,16 +59,22 @@ class InputInfo:
     # container elements, "pack": Packing key or None, "store": how a scale is stored}.
     def container_shape(self, dims, variant):
         shape = tuple(self.shape_fn(dims))
-        if self.codec is None or not shape:
-            return shape
-        codes, elems = self.codec(variant)["packet"]
-        return shape[:-1] + (-(-shape[-1] // codes) * elems,)
+        return container_shape(shape, self.codec(variant)["packet"]) if self.codec else shape
+
+
+def container_shape(shape: tuple, packet) -> tuple:
+    """A logical shape as its container holds it: `codes` logical elements of the last dim in `elems`
+    container elements (packet (1, 1): unpacked)."""
+    codes, elems = packet
+    if packet == (1, 1) or not shape:
+        return shape
+    return shape[:-1] + (-(-shape[-1] // codes) * elems,)
 
 
 @dataclass(frozen=True)
 class OutputInfo:
     name: str
-    shape_fn: Callable                 # (dims, variant) -> container shape
+    shapes: Dict[str, Callable]        # variant -> (dims -> container shape)
     dtype_fn: Callable                 # (variant, {input: dtype name}) -> torch dtype name of the container
     exact: object = "bit"              # bit | bytes | {"ulp": n, "rate": r} | {"tol": {...}} | {"given": [...]}
     when: Optional[str] = None         # written only when this optional input or optional param is given, or
@@ -77,6 +83,10 @@ class OutputInfo:
     col_pad: Optional[Callable] = None  # variant -> None (row-major) or the row padding of a column-major layout
     row_dim: Optional[int] = None      # the dim indexed by the rows (keep_rows leaves the rows not kept untouched)
     at: Optional[str] = None           # added into at the flat positions this input holds (passed to kernels flat)
+
+    def shape_fn(self, dims, variant):
+        """The container shape of this output in a variant."""
+        return self.shapes[variant](dims)
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,12 @@ class OpInfo:
     dims: Tuple[Tuple[str, bool, int, Optional[int]], ...]      # (name, dynamic, min, max)
     requires: Tuple[Tuple[str, Callable], ...]
     factory_args: Tuple[str, ...]
+
+    @cached_property
+    def site(self):
+        """The op's fast path: its shape classes and their specializations (runtime.fastpath)."""
+        from .fastpath import CallSite
+        return CallSite(self)
 
     @property
     def dynamic_dim(self):
@@ -228,15 +244,6 @@ def variant_of(op: OpInfo, params, tensors) -> str:
     return "_".join(values) or "base"
 
 
-def _present(op: OpInfo, tensors):
-    return [tensors[i.name] for i in op.inputs if tensors[i.name] is not None]
-
-
-def _kernel_inputs(op: OpInfo, tensors):
-    """The inputs a kernel takes, in order; a tensor addressed at positions goes flat."""
-    return [tensors[i.name].reshape(-1) if i.at else tensors[i.name] for i in op.inputs if tensors[i.name] is not None]
-
-
 def input_dtypes(op: OpInfo, tensors) -> Dict[str, str]:
     return {i.name: _dtype_name(tensors[i.name].dtype) for i in op.inputs if tensors[i.name] is not None}
 
@@ -245,28 +252,11 @@ def allocate(op: OpInfo, tensors, params, dims=None):
     """Empty outputs of the right container shapes and dtypes, on the inputs' device."""
     tensors, params = complete(op, tensors, params)
     dims = dims if dims is not None else check(op, tensors, params)
+    from .fastpath import Output
     variant = variant_of(op, params, tensors)
-    device = _present(op, tensors)[0].device
+    device = next(t for t in tensors.values() if t is not None).device
     dts = input_dtypes(op, tensors)
-    outs = []
-    for o in op.outputs:
-        shape, dtype = o.shape_fn(dims, variant), TORCH_DTYPES[o.dtype_fn(variant, dts)]
-        pad = o.col_pad(variant) if o.col_pad else None
-        if pad:
-            outs.append(col_major_empty(shape, pad, dtype, device))
-        else:
-            outs.append((torch.zeros if o.accumulate else torch.empty)(shape, dtype=dtype, device=device))
-    return tuple(outs)
-
-
-def kernel_buffers(op: OpInfo, params, tensors, outs):
-    """The buffers a kernel writes: the outputs, or the whole padded buffer behind a column-major view."""
-    variant = variant_of(op, params, tensors)
-    bufs = []
-    for o, t in zip(op.outputs, outs):
-        pad = o.col_pad(variant) if o.col_pad else None
-        bufs.append(col_major_storage(t, pad) if pad else t.reshape(-1) if o.at else t)
-    return bufs
+    return tuple(Output(o, variant, TORCH_DTYPES[o.dtype_fn(variant, dts)]).empty(dims, device) for o in op.outputs)
 
 
 _ARCH_LOCK = threading.Lock()
@@ -287,9 +277,9 @@ def arch_for(device: torch.device) -> str:
 
 
 def kernel_for(op: OpInfo, arch: str, variant: str, static_args: tuple, dtypes: tuple, schedule=None):
+    """(compiled kernel, storage dtypes) of one specialization on an architecture profile."""
     module = importlib.import_module(f"{op.package}.kernel_{arch}")
-    factory = getattr(module, f"build_{variant}")
-    return compile_kernel(module, factory, static_args + dtypes, schedule)
+    return compile_kernel(module, variant, static_args + dtypes, schedule)
 
 
 def specialization(op: OpInfo, tensors, params, dims):
@@ -306,15 +296,21 @@ def prepare(op: OpInfo, tensors, params, arch=None, schedule=None, out=None, dim
     `dims`: the result of `check` when the caller has already checked the arguments."""
     tensors, params = complete(op, tensors, params)
     dims = dims if dims is not None else check(op, tensors, params)
-    outs = tuple(out) if out is not None else allocate(op, tensors, params, dims)
-    device = _present(op, tensors)[0].device
-    arch = arch or arch_for(device)
-    kernel, storages = kernel_for(op, arch, *specialization(op, tensors, params, dims), schedule)
-    written = [o for info, o in zip(op.outputs, kernel_buffers(op, params, tensors, outs))
-               if written_in(info, tensors, params)]
-    views = storage_views(storages, _kernel_inputs(op, tensors) + written)
-    empty = op.dynamic_dim is not None and dims[op.dynamic_dim] == 0
-    return (lambda: None) if empty else (lambda: kernel(*views)), outs
+    spec = _specialization(op, tensors, params, dims, arch, schedule)
+    outs = tuple(out) if out is not None else spec.allocate(dims)
+    if op.dynamic_dim is not None and dims[op.dynamic_dim] == 0:
+        return (lambda: None), outs
+    bufs = spec.buffers(_ordered(op, tensors), outs)
+    return (lambda: spec.launch(bufs)), outs
+
+
+def _ordered(op: OpInfo, tensors: dict) -> tuple:
+    return tuple(tensors[i.name] for i in op.inputs)
+
+
+def _specialization(op: OpInfo, tensors, params, dims, arch=None, schedule=None):
+    key = op.site.key(_ordered(op, tensors), tuple(params[p.name] for p in op.params))
+    return op.site.specialization(tensors, params, dims, key, arch, schedule)
 
 
 def written_in(info: OutputInfo, tensors, params) -> bool:
@@ -328,39 +324,25 @@ def written_in(info: OutputInfo, tensors, params) -> bool:
     return v is True or (v is not None and not isinstance(v, bool))
 
 
-def storage_views(module_storages, tensors):
-    out = []
-    for t, storage in zip(tensors, module_storages):
-        want = TORCH_DTYPES[storage]
-        out.append(t if t.dtype == want else t.view(want))
-    return out
-
-
 def run(op: OpInfo, tensors, params, arch: Optional[str] = None, out=None, schedule=None):
     """Check, allocate (or take `out`), pick the kernel for the device (or `arch`), launch.
 
     `out` lets tests pass poisoned outputs, so that elements a kernel fails to write show up, and callers
     pass accumulators: outputs that kernels add into (sums over rows, counts) are added into as given.
-    `schedule`: knobs in place of the profile's (tuning candidates).
+    `schedule`: knobs in place of the profile's (tuning candidates). Calls without these go through
+    `runtime.fastpath.call`, as the generated entry points do.
     """
     tensors, params = complete(op, tensors, params)
     dims = check(op, tensors, params)
+    spec = _specialization(op, tensors, params, dims, arch, schedule)
     if out is None:
-        outs = allocate(op, tensors, params, dims)
+        outs = spec.allocate(dims)
     else:
         outs = tuple(out)
-        want = allocate(op, {k: v if v is None else v.to("meta") for k, v in tensors.items()}, params, dims)  # shapes only
-        for o, w in zip(outs, want):
+        for o, w in zip(outs, spec.allocate(dims, torch.device("meta"))):     # shapes only
             if o.shape != w.shape or o.dtype != w.dtype or (o.numel() > 1 and o.stride() != w.stride()):
                 raise ValueError(f"{op.name}: an `out` tensor must be {w.dtype} of shape {tuple(w.shape)} "
                                  f"and strides {tuple(w.stride())}")
-    if op.dynamic_dim is not None and dims[op.dynamic_dim] == 0:
-        return outs
-    launch, outs = prepare(op, tensors, params, arch, schedule=schedule, out=outs, dims=dims)
-    device = _present(op, tensors)[0].device
-    if device.type == "cuda":
-        with torch.cuda.device(device):
-            launch()
-    else:
-        launch()
+    if op.dynamic_dim is None or dims[op.dynamic_dim] != 0:
+        spec.run(_ordered(op, tensors), outs)
     return outs

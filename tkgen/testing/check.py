@@ -208,7 +208,7 @@ def specialization(op, case):
 
 def lower_cuda(op_name: str, case: dict, archs=("sm90", "sm100")):
     """Lower the case's specialization for each CUDA profile to device source (cached per specialization)."""
-    from ..runtime.compile import lower_source
+    from ..runtime.compile import factory, lower_source
 
     pkg = registry.op_package(op_name)
     variant, statics, dtypes = specialization(pkg.OP, case)
@@ -218,7 +218,7 @@ def lower_cuda(op_name: str, case: dict, archs=("sm90", "sm100")):
         if key in _LOWERED:
             continue
         module = importlib.import_module(f"{pkg.__name__}.kernel_{arch}")
-        sources[arch] = lower_source(module, getattr(module, f"build_{variant}"), statics + dtypes)
+        sources[arch] = lower_source(module, factory(module, variant), statics + dtypes)
         _LOWERED.add(key)
     return sources
 

@@ -5,7 +5,9 @@ from typing import Optional
 
 import torch
 
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check, run
+from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
+from tkgen.runtime.fastpath import call, eager
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
 
 OP = OpInfo(
     name="swiglu_forward_and_per_channel_cast_and_transpose",
@@ -27,9 +29,9 @@ OP = OpInfo(
                   (('T', 1), ('H', 2)), None),
     ),
     outputs=(
-        OutputInfo("q", lambda d, v: { "e4m3_fp32_true": lambda d: (d["H"], d["T"],), "e4m3_fp32_true_with_clamp": lambda d: (d["H"], d["T"],), "e4m3_fp32_false": lambda d: (d["T"], d["H"],), "e4m3_fp32_false_with_clamp": lambda d: (d["T"], d["H"],), "e4m3_pow2_true": lambda d: (d["H"], d["T"],), "e4m3_pow2_true_with_clamp": lambda d: (d["H"], d["T"],), "e4m3_pow2_false": lambda d: (d["T"], d["H"],), "e4m3_pow2_false_with_clamp": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_true": lambda d: (d["H"], d["T"],), "e4m3_ue8m0_true_with_clamp": lambda d: (d["H"], d["T"],), "e4m3_ue8m0_false": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_false_with_clamp": lambda d: (d["T"], d["H"],), }[v](d),
+        OutputInfo("q", { "e4m3_fp32_true": lambda d: (d["H"], d["T"],), "e4m3_fp32_true_with_clamp": lambda d: (d["H"], d["T"],), "e4m3_fp32_false": lambda d: (d["T"], d["H"],), "e4m3_fp32_false_with_clamp": lambda d: (d["T"], d["H"],), "e4m3_pow2_true": lambda d: (d["H"], d["T"],), "e4m3_pow2_true_with_clamp": lambda d: (d["H"], d["T"],), "e4m3_pow2_false": lambda d: (d["T"], d["H"],), "e4m3_pow2_false_with_clamp": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_true": lambda d: (d["H"], d["T"],), "e4m3_ue8m0_true_with_clamp": lambda d: (d["H"], d["T"],), "e4m3_ue8m0_false": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_false_with_clamp": lambda d: (d["T"], d["H"],), },
                    lambda v, dt: {'e4m3_fp32_true': 'float8_e4m3fn', 'e4m3_fp32_true_with_clamp': 'float8_e4m3fn', 'e4m3_fp32_false': 'float8_e4m3fn', 'e4m3_fp32_false_with_clamp': 'float8_e4m3fn', 'e4m3_pow2_true': 'float8_e4m3fn', 'e4m3_pow2_true_with_clamp': 'float8_e4m3fn', 'e4m3_pow2_false': 'float8_e4m3fn', 'e4m3_pow2_false_with_clamp': 'float8_e4m3fn', 'e4m3_ue8m0_true': 'float8_e4m3fn', 'e4m3_ue8m0_true_with_clamp': 'float8_e4m3fn', 'e4m3_ue8m0_false': 'float8_e4m3fn', 'e4m3_ue8m0_false_with_clamp': 'float8_e4m3fn'}[v], 'bit', None, False),
-        OutputInfo("sf", lambda d, v: { "e4m3_fp32_true": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_fp32_true_with_clamp": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_fp32_false": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_fp32_false_with_clamp": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_pow2_true": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_pow2_true_with_clamp": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_pow2_false": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_pow2_false_with_clamp": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_ue8m0_true": lambda d: ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),), "e4m3_ue8m0_true_with_clamp": lambda d: ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),), "e4m3_ue8m0_false": lambda d: ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),), "e4m3_ue8m0_false_with_clamp": lambda d: ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),), }[v](d),
+        OutputInfo("sf", { "e4m3_fp32_true": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_fp32_true_with_clamp": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_fp32_false": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_fp32_false_with_clamp": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_pow2_true": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_pow2_true_with_clamp": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_pow2_false": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_pow2_false_with_clamp": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_ue8m0_true": lambda d: ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),), "e4m3_ue8m0_true_with_clamp": lambda d: ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),), "e4m3_ue8m0_false": lambda d: ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),), "e4m3_ue8m0_false_with_clamp": lambda d: ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),), },
                    lambda v, dt: {'e4m3_fp32_true': 'float32', 'e4m3_fp32_true_with_clamp': 'float32', 'e4m3_fp32_false': 'float32', 'e4m3_fp32_false_with_clamp': 'float32', 'e4m3_pow2_true': 'float32', 'e4m3_pow2_true_with_clamp': 'float32', 'e4m3_pow2_false': 'float32', 'e4m3_pow2_false_with_clamp': 'float32', 'e4m3_ue8m0_true': 'int32', 'e4m3_ue8m0_true_with_clamp': 'int32', 'e4m3_ue8m0_false': 'int32', 'e4m3_ue8m0_false_with_clamp': 'int32'}[v], 'bit', None, False),
     ),
     dims=(
@@ -44,7 +46,7 @@ OP = OpInfo(
 
 @torch.library.custom_op("tkgen::swiglu_forward_and_per_channel_cast_and_transpose", mutates_args=())
 def _swiglu_forward_and_per_channel_cast_and_transpose(x: torch.Tensor, fmt: str, group_tokens: int, scale: str, transpose: bool, clamp: Optional[float]) -> tuple[torch.Tensor, torch.Tensor]:
-    outs = run(OP, { "x": x, }, { "fmt": fmt, "group_tokens": group_tokens, "scale": scale, "transpose": transpose, "clamp": clamp, })
+    outs = call(OP, (x,), (fmt, group_tokens, scale, transpose, clamp))
     return outs
 
 
@@ -54,7 +56,20 @@ def _(x, fmt, group_tokens, scale, transpose, clamp):
     return outs
 
 
-def swiglu_forward_and_per_channel_cast_and_transpose(x, fmt='e4m3', group_tokens=128, scale='fp32', transpose=True, clamp=None):
+def invoke(x, fmt, group_tokens, scale, transpose, clamp):
+    """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
+    needed, else the `torch.library` dispatcher."""
+    if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
+        check(OP, { "x": x, }, { "fmt": fmt, "group_tokens": group_tokens, "scale": scale, "transpose": transpose, "clamp": clamp, })
+    elif eager(x,):
+        outs = call(OP, (x,), (fmt, group_tokens, scale, transpose, clamp))
+        return outs
+    else:                                  # bad arguments fail before the dispatcher sees them
+        OP.site.checked((x,), (fmt, group_tokens, scale, transpose, clamp))
+    return torch.ops.tkgen.swiglu_forward_and_per_channel_cast_and_transpose(x, fmt, group_tokens, scale, transpose, clamp)
+
+
+def swiglu_forward_and_per_channel_cast_and_transpose(x, fmt='e4m3', group_tokens=128, scale='fp32', transpose=True, clamp=None, *, scale_block=None):
     """SwiGLU of each row of `x` (gate `a` = left half, up `b` = right half; with `clamp` c, a = min(a, c) and b = clamp(b, -c, c) first; act = a / (1 + exp(-a)) * b in float32), rounded to the dtype of `x` (bf16 for bf16 inputs), then quantized like per_channel_cast: per channel and group of `group_tokens` consecutive rows, a = max(amax(|act|), 1e-4) over the group's rows inside the tensor, the scale rule of `scale` gives `sf` and `inv`, q = fmt(act * inv), rounding to nearest even and saturating. With `transpose` (the default, for the weight-gradient GEMM of an expert's down projection), q is returned as [H, T]; sf keeps its [ceil(T / group_tokens), H] layout.
     
     Args:
@@ -64,11 +79,15 @@ def swiglu_forward_and_per_channel_cast_and_transpose(x, fmt='e4m3', group_token
         scale: scale format: fp32 ratio, power of two, or packed UE8M0 bytes (fp32, pow2, ue8m0; default 'fp32').
         transpose: return q as [H, T] (false: [T, H]) (True, False; default True).
         clamp: clamp c of the gate and up projections (compile-time): a = min(a, c), b = clamp(b, -c, c); None for none (a number or None; default None).
+        scale_block: the scale block as (rows, cols), in place of `group_tokens` (docs/api-conventions.md).
     
     Returns:
         q: [T, H], format `fmt`, exact: bit.
         sf: [ceildiv(T, group_tokens), H], scale format `scale`, exact: bit.
     
     Generated from specs/fused/swiglu_forward_and_per_channel_cast_and_transpose.yaml."""
-    check(OP, { "x": x, }, { "fmt": fmt, "group_tokens": group_tokens, "scale": scale, "transpose": transpose, "clamp": clamp, })
-    return torch.ops.tkgen.swiglu_forward_and_per_channel_cast_and_transpose(x, fmt, group_tokens, scale, transpose, clamp)
+    if scale_block is not None:
+        group_tokens, _ = as_block("swiglu_forward_and_per_channel_cast_and_transpose", scale_block, cols=1)
+    fmt = as_format(fmt)
+    scale = as_format(scale)
+    return invoke(x, fmt, group_tokens, scale, transpose, clamp)

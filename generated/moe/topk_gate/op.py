@@ -3,7 +3,9 @@
 """`tkgen.ops.topk_gate` and the `torch.ops.tkgen.topk_gate` custom op."""
 import torch
 
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check, run
+from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
+from tkgen.runtime.fastpath import call, eager
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
 
 OP = OpInfo(
     name="topk_gate",
@@ -17,7 +19,7 @@ OP = OpInfo(
                   (('T', 1), ('E', 1)), None),
     ),
     outputs=(
-        OutputInfo("idx", lambda d, v: { "base": lambda d: (d["T"], d["k"],), }[v](d),
+        OutputInfo("idx", { "base": lambda d: (d["T"], d["k"],), },
                    lambda v, dt: {'base': 'int64'}[v], 'bit', None, False),
     ),
     dims=(
@@ -32,7 +34,7 @@ OP = OpInfo(
 
 @torch.library.custom_op("tkgen::topk_gate", mutates_args=())
 def _topk_gate(scores: torch.Tensor, k: int) -> torch.Tensor:
-    outs = run(OP, { "scores": scores, }, { "k": k, })
+    outs = call(OP, (scores,), (k,))
     return outs[0]
 
 
@@ -40,6 +42,19 @@ def _topk_gate(scores: torch.Tensor, k: int) -> torch.Tensor:
 def _(scores, k):
     outs = allocate(OP, { "scores": scores, }, { "k": k, })
     return outs[0]
+
+
+def invoke(scores, k):
+    """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
+    needed, else the `torch.library` dispatcher."""
+    if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
+        check(OP, { "scores": scores, }, { "k": k, })
+    elif eager(scores,):
+        outs = call(OP, (scores,), (k,))
+        return outs[0]
+    else:                                  # bad arguments fail before the dispatcher sees them
+        OP.site.checked((scores,), (k,))
+    return torch.ops.tkgen.topk_gate(scores, k)
 
 
 def topk_gate(scores, k=8):
@@ -53,5 +68,4 @@ def topk_gate(scores, k=8):
         idx: [T, k], int64, exact: bit.
     
     Generated from specs/moe/topk_gate.yaml."""
-    check(OP, { "scores": scores, }, { "k": k, })
-    return torch.ops.tkgen.topk_gate(scores, k)
+    return invoke(scores, k)

@@ -5,7 +5,9 @@ from typing import Optional
 
 import torch
 
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check, run
+from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
+from tkgen.runtime.fastpath import call, eager
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
 
 OP = OpInfo(
     name="rmsnorm_backward",
@@ -27,11 +29,11 @@ OP = OpInfo(
                   (('T', 1), ('H', 1)), 'grad_out'),
     ),
     outputs=(
-        OutputInfo("x_grad", lambda d, v: { "base": lambda d: (d["T"], d["H"],), "with_grad_residual": lambda d: (d["T"], d["H"],), "with_weight": lambda d: (d["T"], d["H"],), "with_weight_with_grad_residual": lambda d: (d["T"], d["H"],), }[v](d),
+        OutputInfo("x_grad", { "base": lambda d: (d["T"], d["H"],), "with_grad_residual": lambda d: (d["T"], d["H"],), "with_weight": lambda d: (d["T"], d["H"],), "with_weight_with_grad_residual": lambda d: (d["T"], d["H"],), },
                    lambda v, dt: dt['grad_out'], {'given': ['dot']}, None, False),
-        OutputInfo("dot", lambda d, v: { "base": lambda d: (d["T"],), "with_grad_residual": lambda d: (d["T"],), "with_weight": lambda d: (d["T"],), "with_weight_with_grad_residual": lambda d: (d["T"],), }[v](d),
+        OutputInfo("dot", { "base": lambda d: (d["T"],), "with_grad_residual": lambda d: (d["T"],), "with_weight": lambda d: (d["T"],), "with_weight_with_grad_residual": lambda d: (d["T"],), },
                    lambda v, dt: {'base': 'float32', 'with_grad_residual': 'float32', 'with_weight': 'float32', 'with_weight_with_grad_residual': 'float32'}[v], {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, False),
-        OutputInfo("weight_grad", lambda d, v: { "base": lambda d: (d["H"],), "with_grad_residual": lambda d: (d["H"],), "with_weight": lambda d: (d["H"],), "with_weight_with_grad_residual": lambda d: (d["H"],), }[v](d),
+        OutputInfo("weight_grad", { "base": lambda d: (d["H"],), "with_grad_residual": lambda d: (d["H"],), "with_weight": lambda d: (d["H"],), "with_weight_with_grad_residual": lambda d: (d["H"],), },
                    lambda v, dt: {'base': 'float32', 'with_grad_residual': 'float32', 'with_weight': 'float32', 'with_weight_with_grad_residual': 'float32'}[v], {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, True),
     ),
     dims=(
@@ -46,7 +48,7 @@ OP = OpInfo(
 
 @torch.library.custom_op("tkgen::rmsnorm_backward", mutates_args=())
 def _rmsnorm_backward(grad_out: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, weight: Optional[torch.Tensor], grad_residual: Optional[torch.Tensor], out_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    outs = run(OP, { "grad_out": grad_out, "x": x, "rstd": rstd, "weight": weight, "grad_residual": grad_residual, }, { "out_scale": out_scale, })
+    outs = call(OP, (grad_out, x, rstd, weight, grad_residual), (out_scale,))
     return outs
 
 
@@ -54,6 +56,19 @@ def _rmsnorm_backward(grad_out: torch.Tensor, x: torch.Tensor, rstd: torch.Tenso
 def _(grad_out, x, rstd, weight, grad_residual, out_scale):
     outs = allocate(OP, { "grad_out": grad_out, "x": x, "rstd": rstd, "weight": weight, "grad_residual": grad_residual, }, { "out_scale": out_scale, })
     return outs
+
+
+def invoke(grad_out, x, rstd, weight, grad_residual, out_scale):
+    """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
+    needed, else the `torch.library` dispatcher."""
+    if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
+        check(OP, { "grad_out": grad_out, "x": x, "rstd": rstd, "weight": weight, "grad_residual": grad_residual, }, { "out_scale": out_scale, })
+    elif eager(grad_out, x, rstd, weight, grad_residual):
+        outs = call(OP, (grad_out, x, rstd, weight, grad_residual), (out_scale,))
+        return outs
+    else:                                  # bad arguments fail before the dispatcher sees them
+        OP.site.checked((grad_out, x, rstd, weight, grad_residual), (out_scale,))
+    return torch.ops.tkgen.rmsnorm_backward(grad_out, x, rstd, weight, grad_residual, out_scale)
 
 
 def rmsnorm_backward(grad_out, x, rstd, weight=None, grad_residual=None, out_scale=1.0):
@@ -73,5 +88,4 @@ def rmsnorm_backward(grad_out, x, rstd, weight=None, grad_residual=None, out_sca
         weight_grad: [H], fp32, exact: {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}.
     
     Generated from specs/norm/rmsnorm_backward.yaml."""
-    check(OP, { "grad_out": grad_out, "x": x, "rstd": rstd, "weight": weight, "grad_residual": grad_residual, }, { "out_scale": out_scale, })
-    return torch.ops.tkgen.rmsnorm_backward(grad_out, x, rstd, weight, grad_residual, out_scale)
+    return invoke(grad_out, x, rstd, weight, grad_residual, out_scale)

@@ -6,7 +6,9 @@ from typing import Optional
 import torch
 
 from tkgen.runtime.autograd import _contiguous, _grad_like, _like, _present  # noqa: F401
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check, run
+from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
+from tkgen.runtime.fastpath import call, eager
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
 
 OP = OpInfo(
     name="rmsnorm_forward",
@@ -26,11 +28,11 @@ OP = OpInfo(
                   (('T', 1), ('H', 1)), 'x'),
     ),
     outputs=(
-        OutputInfo("out", lambda d, v: { "base": lambda d: (d["T"], d["H"],), "with_residual": lambda d: (d["T"], d["H"],), "with_weight": lambda d: (d["T"], d["H"],), "with_weight_with_residual": lambda d: (d["T"], d["H"],), }[v](d),
+        OutputInfo("out", { "base": lambda d: (d["T"], d["H"],), "with_residual": lambda d: (d["T"], d["H"],), "with_weight": lambda d: (d["T"], d["H"],), "with_weight_with_residual": lambda d: (d["T"], d["H"],), },
                    lambda v, dt: dt['x'], {'given': ['rstd']}, None, False),
-        OutputInfo("rstd", lambda d, v: { "base": lambda d: (d["T"],), "with_residual": lambda d: (d["T"],), "with_weight": lambda d: (d["T"],), "with_weight_with_residual": lambda d: (d["T"],), }[v](d),
+        OutputInfo("rstd", { "base": lambda d: (d["T"],), "with_residual": lambda d: (d["T"],), "with_weight": lambda d: (d["T"],), "with_weight_with_residual": lambda d: (d["T"],), },
                    lambda v, dt: {'base': 'float32', 'with_residual': 'float32', 'with_weight': 'float32', 'with_weight_with_residual': 'float32'}[v], {'tol': {'rtol': 2e-06, 'atol': 0.0}}, None, False),
-        OutputInfo("residual_out", lambda d, v: { "base": lambda d: (0,), "with_residual": lambda d: (d["T"], d["H"],), "with_weight": lambda d: (0,), "with_weight_with_residual": lambda d: (d["T"], d["H"],), }[v](d),
+        OutputInfo("residual_out", { "base": lambda d: (0,), "with_residual": lambda d: (d["T"], d["H"],), "with_weight": lambda d: (0,), "with_weight_with_residual": lambda d: (d["T"], d["H"],), },
                    lambda v, dt: dt['x'], 'bit', 'residual', False),
     ),
     dims=(
@@ -45,7 +47,7 @@ OP = OpInfo(
 
 @torch.library.custom_op("tkgen::rmsnorm_forward", mutates_args=())
 def _rmsnorm_forward(x: torch.Tensor, weight: Optional[torch.Tensor], residual: Optional[torch.Tensor], eps: float, out_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    outs = run(OP, { "x": x, "weight": weight, "residual": residual, }, { "eps": eps, "out_scale": out_scale, })
+    outs = call(OP, (x, weight, residual), (eps, out_scale))
     return outs
 
 
@@ -53,6 +55,19 @@ def _rmsnorm_forward(x: torch.Tensor, weight: Optional[torch.Tensor], residual: 
 def _(x, weight, residual, eps, out_scale):
     outs = allocate(OP, { "x": x, "weight": weight, "residual": residual, }, { "eps": eps, "out_scale": out_scale, })
     return outs
+
+
+def invoke(x, weight, residual, eps, out_scale):
+    """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
+    needed, else the `torch.library` dispatcher."""
+    if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
+        check(OP, { "x": x, "weight": weight, "residual": residual, }, { "eps": eps, "out_scale": out_scale, })
+    elif eager(x, weight, residual):
+        outs = call(OP, (x, weight, residual), (eps, out_scale))
+        return outs
+    else:                                  # bad arguments fail before the dispatcher sees them
+        OP.site.checked((x, weight, residual), (eps, out_scale))
+    return torch.ops.tkgen.rmsnorm_forward(x, weight, residual, eps, out_scale)
 
 
 def rmsnorm_forward(x, weight=None, residual=None, eps=1e-06, out_scale=1.0):
@@ -71,8 +86,7 @@ def rmsnorm_forward(x, weight=None, residual=None, eps=1e-06, out_scale=1.0):
         residual_out: [T, H], the dtype of `x`, exact: bit. Empty unless `residual` is given.
     
     Generated from specs/norm/rmsnorm_forward.yaml."""
-    check(OP, { "x": x, "weight": weight, "residual": residual, }, { "eps": eps, "out_scale": out_scale, })
-    return torch.ops.tkgen.rmsnorm_forward(x, weight, residual, eps, out_scale)
+    return invoke(x, weight, residual, eps, out_scale)
 
 
 # Autograd (the spec's `backward:` block): the forward saves exactly what the backward op reads.
@@ -86,12 +100,12 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, *grads):
     from tkgen import registry
-    registry.op_package("rmsnorm_backward")      # registers torch.ops.tkgen.rmsnorm_backward
+    backward = registry.op_package("rmsnorm_backward").invoke
     residual_out, x, rstd, weight, = ctx.saved_tensors
     eps = ctx.params["eps"]
     out_scale = ctx.params["out_scale"]
     residual = None if ctx.absent["residual"] else True
-    res = torch.ops.tkgen.rmsnorm_backward(_contiguous(grads[0]), _like(_present(residual_out, x), _contiguous(grads[0])), rstd, _like(weight, _contiguous(grads[0])), _like((None if residual is None else _contiguous(grads[2])), _contiguous(grads[0])), out_scale)
+    res = backward(_contiguous(grads[0]), _like(_present(residual_out, x), _contiguous(grads[0])), rstd, _like(weight, _contiguous(grads[0])), _like((None if residual is None else _contiguous(grads[2])), _contiguous(grads[0])), out_scale)
     res = res if isinstance(res, (tuple, list)) else (res,)
     return _grad_like(res[0], x), _grad_like(res[2], weight), _grad_like(res[0], residual), None, None
 

@@ -5,7 +5,9 @@ from typing import Optional
 
 import torch
 
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check, run
+from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
+from tkgen.runtime.fastpath import call, eager
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
 
 OP = OpInfo(
     name="rmsnorm_forward_and_per_token_cast",
@@ -31,13 +33,13 @@ OP = OpInfo(
                   (('T', 1), ('H', 1)), 'x'),
     ),
     outputs=(
-        OutputInfo("q", lambda d, v: { "e4m3_fp32": lambda d: (d["T"], d["H"],), "e4m3_fp32_with_residual": lambda d: (d["T"], d["H"],), "e4m3_fp32_with_weight": lambda d: (d["T"], d["H"],), "e4m3_fp32_with_weight_with_residual": lambda d: (d["T"], d["H"],), "e4m3_pow2": lambda d: (d["T"], d["H"],), "e4m3_pow2_with_residual": lambda d: (d["T"], d["H"],), "e4m3_pow2_with_weight": lambda d: (d["T"], d["H"],), "e4m3_pow2_with_weight_with_residual": lambda d: (d["T"], d["H"],), "e4m3_ue8m0": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_with_residual": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_with_weight": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_with_weight_with_residual": lambda d: (d["T"], d["H"],), }[v](d),
+        OutputInfo("q", { "e4m3_fp32": lambda d: (d["T"], d["H"],), "e4m3_fp32_with_residual": lambda d: (d["T"], d["H"],), "e4m3_fp32_with_weight": lambda d: (d["T"], d["H"],), "e4m3_fp32_with_weight_with_residual": lambda d: (d["T"], d["H"],), "e4m3_pow2": lambda d: (d["T"], d["H"],), "e4m3_pow2_with_residual": lambda d: (d["T"], d["H"],), "e4m3_pow2_with_weight": lambda d: (d["T"], d["H"],), "e4m3_pow2_with_weight_with_residual": lambda d: (d["T"], d["H"],), "e4m3_ue8m0": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_with_residual": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_with_weight": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_with_weight_with_residual": lambda d: (d["T"], d["H"],), },
                    lambda v, dt: {'e4m3_fp32': 'float8_e4m3fn', 'e4m3_fp32_with_residual': 'float8_e4m3fn', 'e4m3_fp32_with_weight': 'float8_e4m3fn', 'e4m3_fp32_with_weight_with_residual': 'float8_e4m3fn', 'e4m3_pow2': 'float8_e4m3fn', 'e4m3_pow2_with_residual': 'float8_e4m3fn', 'e4m3_pow2_with_weight': 'float8_e4m3fn', 'e4m3_pow2_with_weight_with_residual': 'float8_e4m3fn', 'e4m3_ue8m0': 'float8_e4m3fn', 'e4m3_ue8m0_with_residual': 'float8_e4m3fn', 'e4m3_ue8m0_with_weight': 'float8_e4m3fn', 'e4m3_ue8m0_with_weight_with_residual': 'float8_e4m3fn'}[v], {'given': ['rstd']}, None, False),
-        OutputInfo("sf", lambda d, v: { "e4m3_fp32": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_residual": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_weight": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_weight_with_residual": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_with_residual": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_with_weight": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_with_weight_with_residual": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_ue8m0": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_with_residual": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_with_weight": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_with_weight_with_residual": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), }[v](d),
+        OutputInfo("sf", { "e4m3_fp32": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_residual": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_weight": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_weight_with_residual": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_with_residual": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_with_weight": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_with_weight_with_residual": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_ue8m0": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_with_residual": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_with_weight": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_with_weight_with_residual": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), },
                    lambda v, dt: {'e4m3_fp32': 'float32', 'e4m3_fp32_with_residual': 'float32', 'e4m3_fp32_with_weight': 'float32', 'e4m3_fp32_with_weight_with_residual': 'float32', 'e4m3_pow2': 'float32', 'e4m3_pow2_with_residual': 'float32', 'e4m3_pow2_with_weight': 'float32', 'e4m3_pow2_with_weight_with_residual': 'float32', 'e4m3_ue8m0': 'int32', 'e4m3_ue8m0_with_residual': 'int32', 'e4m3_ue8m0_with_weight': 'int32', 'e4m3_ue8m0_with_weight_with_residual': 'int32'}[v], {'given': ['rstd']}, None, False),
-        OutputInfo("rstd", lambda d, v: { "e4m3_fp32": lambda d: (d["T"],), "e4m3_fp32_with_residual": lambda d: (d["T"],), "e4m3_fp32_with_weight": lambda d: (d["T"],), "e4m3_fp32_with_weight_with_residual": lambda d: (d["T"],), "e4m3_pow2": lambda d: (d["T"],), "e4m3_pow2_with_residual": lambda d: (d["T"],), "e4m3_pow2_with_weight": lambda d: (d["T"],), "e4m3_pow2_with_weight_with_residual": lambda d: (d["T"],), "e4m3_ue8m0": lambda d: (d["T"],), "e4m3_ue8m0_with_residual": lambda d: (d["T"],), "e4m3_ue8m0_with_weight": lambda d: (d["T"],), "e4m3_ue8m0_with_weight_with_residual": lambda d: (d["T"],), }[v](d),
+        OutputInfo("rstd", { "e4m3_fp32": lambda d: (d["T"],), "e4m3_fp32_with_residual": lambda d: (d["T"],), "e4m3_fp32_with_weight": lambda d: (d["T"],), "e4m3_fp32_with_weight_with_residual": lambda d: (d["T"],), "e4m3_pow2": lambda d: (d["T"],), "e4m3_pow2_with_residual": lambda d: (d["T"],), "e4m3_pow2_with_weight": lambda d: (d["T"],), "e4m3_pow2_with_weight_with_residual": lambda d: (d["T"],), "e4m3_ue8m0": lambda d: (d["T"],), "e4m3_ue8m0_with_residual": lambda d: (d["T"],), "e4m3_ue8m0_with_weight": lambda d: (d["T"],), "e4m3_ue8m0_with_weight_with_residual": lambda d: (d["T"],), },
                    lambda v, dt: {'e4m3_fp32': 'float32', 'e4m3_fp32_with_residual': 'float32', 'e4m3_fp32_with_weight': 'float32', 'e4m3_fp32_with_weight_with_residual': 'float32', 'e4m3_pow2': 'float32', 'e4m3_pow2_with_residual': 'float32', 'e4m3_pow2_with_weight': 'float32', 'e4m3_pow2_with_weight_with_residual': 'float32', 'e4m3_ue8m0': 'float32', 'e4m3_ue8m0_with_residual': 'float32', 'e4m3_ue8m0_with_weight': 'float32', 'e4m3_ue8m0_with_weight_with_residual': 'float32'}[v], {'tol': {'rtol': 2e-06, 'atol': 0.0}}, None, False),
-        OutputInfo("residual_out", lambda d, v: { "e4m3_fp32": lambda d: (0,), "e4m3_fp32_with_residual": lambda d: (d["T"], d["H"],), "e4m3_fp32_with_weight": lambda d: (0,), "e4m3_fp32_with_weight_with_residual": lambda d: (d["T"], d["H"],), "e4m3_pow2": lambda d: (0,), "e4m3_pow2_with_residual": lambda d: (d["T"], d["H"],), "e4m3_pow2_with_weight": lambda d: (0,), "e4m3_pow2_with_weight_with_residual": lambda d: (d["T"], d["H"],), "e4m3_ue8m0": lambda d: (0,), "e4m3_ue8m0_with_residual": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_with_weight": lambda d: (0,), "e4m3_ue8m0_with_weight_with_residual": lambda d: (d["T"], d["H"],), }[v](d),
+        OutputInfo("residual_out", { "e4m3_fp32": lambda d: (0,), "e4m3_fp32_with_residual": lambda d: (d["T"], d["H"],), "e4m3_fp32_with_weight": lambda d: (0,), "e4m3_fp32_with_weight_with_residual": lambda d: (d["T"], d["H"],), "e4m3_pow2": lambda d: (0,), "e4m3_pow2_with_residual": lambda d: (d["T"], d["H"],), "e4m3_pow2_with_weight": lambda d: (0,), "e4m3_pow2_with_weight_with_residual": lambda d: (d["T"], d["H"],), "e4m3_ue8m0": lambda d: (0,), "e4m3_ue8m0_with_residual": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_with_weight": lambda d: (0,), "e4m3_ue8m0_with_weight_with_residual": lambda d: (d["T"], d["H"],), },
                    lambda v, dt: dt['x'], 'bit', 'residual', False),
     ),
     dims=(
@@ -53,7 +55,7 @@ OP = OpInfo(
 
 @torch.library.custom_op("tkgen::rmsnorm_forward_and_per_token_cast", mutates_args=())
 def _rmsnorm_forward_and_per_token_cast(x: torch.Tensor, weight: Optional[torch.Tensor], residual: Optional[torch.Tensor], eps: float, out_scale: float, fmt: str, group: int, scale: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    outs = run(OP, { "x": x, "weight": weight, "residual": residual, }, { "eps": eps, "out_scale": out_scale, "fmt": fmt, "group": group, "scale": scale, })
+    outs = call(OP, (x, weight, residual), (eps, out_scale, fmt, group, scale))
     return outs
 
 
@@ -63,7 +65,20 @@ def _(x, weight, residual, eps, out_scale, fmt, group, scale):
     return outs
 
 
-def rmsnorm_forward_and_per_token_cast(x, weight=None, residual=None, eps=1e-06, out_scale=1.0, fmt='e4m3', group=32, scale='fp32'):
+def invoke(x, weight, residual, eps, out_scale, fmt, group, scale):
+    """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
+    needed, else the `torch.library` dispatcher."""
+    if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
+        check(OP, { "x": x, "weight": weight, "residual": residual, }, { "eps": eps, "out_scale": out_scale, "fmt": fmt, "group": group, "scale": scale, })
+    elif eager(x, weight, residual):
+        outs = call(OP, (x, weight, residual), (eps, out_scale, fmt, group, scale))
+        return outs
+    else:                                  # bad arguments fail before the dispatcher sees them
+        OP.site.checked((x, weight, residual), (eps, out_scale, fmt, group, scale))
+    return torch.ops.tkgen.rmsnorm_forward_and_per_token_cast(x, weight, residual, eps, out_scale, fmt, group, scale)
+
+
+def rmsnorm_forward_and_per_token_cast(x, weight=None, residual=None, eps=1e-06, out_scale=1.0, fmt='e4m3', group=32, scale='fp32', *, scale_block=None):
     """RMSNorm of each row (optional residual added first and written to `residual_out`, rounded to x's dtype; rstd = rsqrt(sum(s * s) / H + eps); y = s * rstd * (weight * out_scale) rounded to x's dtype), then quantized like per_token_cast: per group of `group` channels a = max(amax(|y|), 1e-4), the scale rule of `scale` gives `sf` and `inv`, q = fmt(y * inv). q equals per_token_cast of rmsnorm_forward's output.
     
     Args:
@@ -75,6 +90,7 @@ def rmsnorm_forward_and_per_token_cast(x, weight=None, residual=None, eps=1e-06,
         fmt: element format of q (e4m3; default 'e4m3').
         group: channels per scale (32, 64, 128; default 32).
         scale: scale format: fp32 ratio, power of two, or packed UE8M0 bytes (fp32, pow2, ue8m0; default 'fp32').
+        scale_block: the scale block as (rows, cols), in place of `group` (docs/api-conventions.md).
     
     Returns:
         q: [T, H], format `fmt`, exact: {'given': ['rstd']}.
@@ -83,5 +99,8 @@ def rmsnorm_forward_and_per_token_cast(x, weight=None, residual=None, eps=1e-06,
         residual_out: [T, H], the dtype of `x`, exact: bit. Empty unless `residual` is given.
     
     Generated from specs/norm/rmsnorm_forward_and_per_token_cast.yaml."""
-    check(OP, { "x": x, "weight": weight, "residual": residual, }, { "eps": eps, "out_scale": out_scale, "fmt": fmt, "group": group, "scale": scale, })
-    return torch.ops.tkgen.rmsnorm_forward_and_per_token_cast(x, weight, residual, eps, out_scale, fmt, group, scale)
+    if scale_block is not None:
+        _, group = as_block("rmsnorm_forward_and_per_token_cast", scale_block, rows=1)
+    fmt = as_format(fmt)
+    scale = as_format(scale)
+    return invoke(x, weight, residual, eps, out_scale, fmt, group, scale)

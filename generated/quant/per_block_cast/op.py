@@ -3,7 +3,9 @@
 """`tkgen.ops.per_block_cast` and the `torch.ops.tkgen.per_block_cast` custom op."""
 import torch
 
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check, run
+from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
+from tkgen.runtime.fastpath import call, eager
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
 
 OP = OpInfo(
     name="per_block_cast",
@@ -23,9 +25,9 @@ OP = OpInfo(
                   (('T', 1), ('H', 1)), None),
     ),
     outputs=(
-        OutputInfo("q", lambda d, v: { "e4m3_fp32": lambda d: (d["T"], d["H"],), "e4m3_pow2": lambda d: (d["T"], d["H"],), "e4m3_ue8m0": lambda d: (d["T"], d["H"],), }[v](d),
+        OutputInfo("q", { "e4m3_fp32": lambda d: (d["T"], d["H"],), "e4m3_pow2": lambda d: (d["T"], d["H"],), "e4m3_ue8m0": lambda d: (d["T"], d["H"],), },
                    lambda v, dt: {'e4m3_fp32': 'float8_e4m3fn', 'e4m3_pow2': 'float8_e4m3fn', 'e4m3_ue8m0': 'float8_e4m3fn'}[v], 'bit', None, False),
-        OutputInfo("sf", lambda d, v: { "e4m3_fp32": lambda d: ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),), "e4m3_pow2": lambda d: ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),), "e4m3_ue8m0": lambda d: ((-(-d["T"] // d["block_rows"])), -(-(d["H"] // d["block_cols"]) // 4),), }[v](d),
+        OutputInfo("sf", { "e4m3_fp32": lambda d: ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),), "e4m3_pow2": lambda d: ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),), "e4m3_ue8m0": lambda d: ((-(-d["T"] // d["block_rows"])), -(-(d["H"] // d["block_cols"]) // 4),), },
                    lambda v, dt: {'e4m3_fp32': 'float32', 'e4m3_pow2': 'float32', 'e4m3_ue8m0': 'int32'}[v], 'bit', None, False),
     ),
     dims=(
@@ -41,7 +43,7 @@ OP = OpInfo(
 
 @torch.library.custom_op("tkgen::per_block_cast", mutates_args=())
 def _per_block_cast(x: torch.Tensor, fmt: str, block_rows: int, block_cols: int, scale: str) -> tuple[torch.Tensor, torch.Tensor]:
-    outs = run(OP, { "x": x, }, { "fmt": fmt, "block_rows": block_rows, "block_cols": block_cols, "scale": scale, })
+    outs = call(OP, (x,), (fmt, block_rows, block_cols, scale))
     return outs
 
 
@@ -51,7 +53,20 @@ def _(x, fmt, block_rows, block_cols, scale):
     return outs
 
 
-def per_block_cast(x, fmt='e4m3', block_rows=128, block_cols=128, scale='fp32'):
+def invoke(x, fmt, block_rows, block_cols, scale):
+    """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
+    needed, else the `torch.library` dispatcher."""
+    if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
+        check(OP, { "x": x, }, { "fmt": fmt, "block_rows": block_rows, "block_cols": block_cols, "scale": scale, })
+    elif eager(x,):
+        outs = call(OP, (x,), (fmt, block_rows, block_cols, scale))
+        return outs
+    else:                                  # bad arguments fail before the dispatcher sees them
+        OP.site.checked((x,), (fmt, block_rows, block_cols, scale))
+    return torch.ops.tkgen.per_block_cast(x, fmt, block_rows, block_cols, scale)
+
+
+def per_block_cast(x, fmt='e4m3', block_rows=128, block_cols=128, scale='fp32', *, scale_block=None):
     """Quantize `x` in 2-D blocks of `block_rows` rows by `block_cols` channels, one scale per block. Per block: a = max(amax(|x|), 1e-4) over the block's rows inside the tensor (the last row block may be partial); the scale rule of `scale` turns `a` into the dequantization scale `sf` and the quantization multiplier `inv`; q = fmt(x * inv), rounding to nearest even and saturating.
     
     Args:
@@ -60,11 +75,15 @@ def per_block_cast(x, fmt='e4m3', block_rows=128, block_cols=128, scale='fp32'):
         block_rows: rows per block (32, 128; default 128).
         block_cols: channels per block (32, 128; default 128).
         scale: scale format: fp32 ratio, power of two, or packed UE8M0 bytes (fp32, pow2, ue8m0; default 'fp32').
+        scale_block: the scale block as (rows, cols), in place of `block_rows` and `block_cols` (docs/api-conventions.md).
     
     Returns:
         q: [T, H], format `fmt`, exact: bit.
         sf: [ceildiv(T, block_rows), H / block_cols], scale format `scale`, exact: bit.
     
     Generated from specs/quant/per_block_cast.yaml."""
-    check(OP, { "x": x, }, { "fmt": fmt, "block_rows": block_rows, "block_cols": block_cols, "scale": scale, })
-    return torch.ops.tkgen.per_block_cast(x, fmt, block_rows, block_cols, scale)
+    if scale_block is not None:
+        block_rows, block_cols = as_block("per_block_cast", scale_block)
+    fmt = as_format(fmt)
+    scale = as_format(scale)
+    return invoke(x, fmt, block_rows, block_cols, scale)

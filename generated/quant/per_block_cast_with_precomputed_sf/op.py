@@ -3,7 +3,9 @@
 """`tkgen.ops.per_block_cast_with_precomputed_sf` and the `torch.ops.tkgen.per_block_cast_with_precomputed_sf` custom op."""
 import torch
 
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check, run
+from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
+from tkgen.runtime.fastpath import call, eager
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
 
 OP = OpInfo(
     name="per_block_cast_with_precomputed_sf",
@@ -23,7 +25,7 @@ OP = OpInfo(
                   (None, None), None),
     ),
     outputs=(
-        OutputInfo("q", lambda d, v: { "e4m3": lambda d: (d["T"], d["H"],), }[v](d),
+        OutputInfo("q", { "e4m3": lambda d: (d["T"], d["H"],), },
                    lambda v, dt: {'e4m3': 'float8_e4m3fn'}[v], 'bit', None, False),
     ),
     dims=(
@@ -39,7 +41,7 @@ OP = OpInfo(
 
 @torch.library.custom_op("tkgen::per_block_cast_with_precomputed_sf", mutates_args=())
 def _per_block_cast_with_precomputed_sf(x: torch.Tensor, sf: torch.Tensor, fmt: str, block_rows: int, block_cols: int) -> torch.Tensor:
-    outs = run(OP, { "x": x, "sf": sf, }, { "fmt": fmt, "block_rows": block_rows, "block_cols": block_cols, })
+    outs = call(OP, (x, sf), (fmt, block_rows, block_cols))
     return outs[0]
 
 
@@ -49,7 +51,20 @@ def _(x, sf, fmt, block_rows, block_cols):
     return outs[0]
 
 
-def per_block_cast_with_precomputed_sf(x, sf, fmt='e4m3', block_rows=128, block_cols=128):
+def invoke(x, sf, fmt, block_rows, block_cols):
+    """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
+    needed, else the `torch.library` dispatcher."""
+    if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
+        check(OP, { "x": x, "sf": sf, }, { "fmt": fmt, "block_rows": block_rows, "block_cols": block_cols, })
+    elif eager(x, sf):
+        outs = call(OP, (x, sf), (fmt, block_rows, block_cols))
+        return outs[0]
+    else:                                  # bad arguments fail before the dispatcher sees them
+        OP.site.checked((x, sf), (fmt, block_rows, block_cols))
+    return torch.ops.tkgen.per_block_cast_with_precomputed_sf(x, sf, fmt, block_rows, block_cols)
+
+
+def per_block_cast_with_precomputed_sf(x, sf, fmt='e4m3', block_rows=128, block_cols=128, *, scale_block=None):
     """Quantize `x` with given per-block scales (the cast half of `per_block_cast`): per block of `block_rows` rows by `block_cols` channels, inv = 1 / sf (a float32 division), q = fmt(x * inv), rounding to nearest even and saturating. `sf` holds one float32 dequantization scale per block, row-major.
     
     Args:
@@ -58,10 +73,13 @@ def per_block_cast_with_precomputed_sf(x, sf, fmt='e4m3', block_rows=128, block_
         fmt: element format of q (e4m3; default 'e4m3').
         block_rows: rows per block (32, 128; default 128).
         block_cols: channels per block (32, 128; default 128).
+        scale_block: the scale block as (rows, cols), in place of `block_rows` and `block_cols` (docs/api-conventions.md).
     
     Returns:
         q: [T, H], format `fmt`, exact: bit.
     
     Generated from specs/quant/per_block_cast_with_precomputed_sf.yaml."""
-    check(OP, { "x": x, "sf": sf, }, { "fmt": fmt, "block_rows": block_rows, "block_cols": block_cols, })
-    return torch.ops.tkgen.per_block_cast_with_precomputed_sf(x, sf, fmt, block_rows, block_cols)
+    if scale_block is not None:
+        block_rows, block_cols = as_block("per_block_cast_with_precomputed_sf", scale_block)
+    fmt = as_format(fmt)
+    return invoke(x, sf, fmt, block_rows, block_cols)

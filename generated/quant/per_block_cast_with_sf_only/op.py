@@ -3,7 +3,9 @@
 """`tkgen.ops.per_block_cast_with_sf_only` and the `torch.ops.tkgen.per_block_cast_with_sf_only` custom op."""
 import torch
 
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check, run
+from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
+from tkgen.runtime.fastpath import call, eager
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
 
 OP = OpInfo(
     name="per_block_cast_with_sf_only",
@@ -23,7 +25,7 @@ OP = OpInfo(
                   (('T', 1), ('H', 1)), None),
     ),
     outputs=(
-        OutputInfo("sf", lambda d, v: { "e4m3_fp32": lambda d: ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),), "e4m3_pow2": lambda d: ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),), "e4m3_ue8m0": lambda d: ((-(-d["T"] // d["block_rows"])), -(-(d["H"] // d["block_cols"]) // 4),), }[v](d),
+        OutputInfo("sf", { "e4m3_fp32": lambda d: ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),), "e4m3_pow2": lambda d: ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),), "e4m3_ue8m0": lambda d: ((-(-d["T"] // d["block_rows"])), -(-(d["H"] // d["block_cols"]) // 4),), },
                    lambda v, dt: {'e4m3_fp32': 'float32', 'e4m3_pow2': 'float32', 'e4m3_ue8m0': 'int32'}[v], 'bit', None, False),
     ),
     dims=(
@@ -39,7 +41,7 @@ OP = OpInfo(
 
 @torch.library.custom_op("tkgen::per_block_cast_with_sf_only", mutates_args=())
 def _per_block_cast_with_sf_only(x: torch.Tensor, fmt: str, block_rows: int, block_cols: int, scale: str) -> torch.Tensor:
-    outs = run(OP, { "x": x, }, { "fmt": fmt, "block_rows": block_rows, "block_cols": block_cols, "scale": scale, })
+    outs = call(OP, (x,), (fmt, block_rows, block_cols, scale))
     return outs[0]
 
 
@@ -49,7 +51,20 @@ def _(x, fmt, block_rows, block_cols, scale):
     return outs[0]
 
 
-def per_block_cast_with_sf_only(x, fmt='e4m3', block_rows=128, block_cols=128, scale='fp32'):
+def invoke(x, fmt, block_rows, block_cols, scale):
+    """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
+    needed, else the `torch.library` dispatcher."""
+    if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
+        check(OP, { "x": x, }, { "fmt": fmt, "block_rows": block_rows, "block_cols": block_cols, "scale": scale, })
+    elif eager(x,):
+        outs = call(OP, (x,), (fmt, block_rows, block_cols, scale))
+        return outs[0]
+    else:                                  # bad arguments fail before the dispatcher sees them
+        OP.site.checked((x,), (fmt, block_rows, block_cols, scale))
+    return torch.ops.tkgen.per_block_cast_with_sf_only(x, fmt, block_rows, block_cols, scale)
+
+
+def per_block_cast_with_sf_only(x, fmt='e4m3', block_rows=128, block_cols=128, scale='fp32', *, scale_block=None):
     """The scales of `per_block_cast` alone (no quantized values): per block of `block_rows` rows by `block_cols` channels, a = max(amax(|x|), 1e-4) over the block's rows inside the tensor, and the scale rule of `scale` turns `a` into the dequantization scale `sf`.
     
     Args:
@@ -58,10 +73,14 @@ def per_block_cast_with_sf_only(x, fmt='e4m3', block_rows=128, block_cols=128, s
         block_rows: rows per block (32, 128; default 128).
         block_cols: channels per block (32, 128; default 128).
         scale: scale format: fp32 ratio, power of two, or packed UE8M0 bytes (fp32, pow2, ue8m0; default 'fp32').
+        scale_block: the scale block as (rows, cols), in place of `block_rows` and `block_cols` (docs/api-conventions.md).
     
     Returns:
         sf: [ceildiv(T, block_rows), H / block_cols], scale format `scale`, exact: bit.
     
     Generated from specs/quant/per_block_cast_with_sf_only.yaml."""
-    check(OP, { "x": x, }, { "fmt": fmt, "block_rows": block_rows, "block_cols": block_cols, "scale": scale, })
-    return torch.ops.tkgen.per_block_cast_with_sf_only(x, fmt, block_rows, block_cols, scale)
+    if scale_block is not None:
+        block_rows, block_cols = as_block("per_block_cast_with_sf_only", scale_block)
+    fmt = as_format(fmt)
+    scale = as_format(scale)
+    return invoke(x, fmt, block_rows, block_cols, scale)

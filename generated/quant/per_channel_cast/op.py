@@ -3,7 +3,9 @@
 """`tkgen.ops.per_channel_cast` and the `torch.ops.tkgen.per_channel_cast` custom op."""
 import torch
 
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check, run
+from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
+from tkgen.runtime.fastpath import call, eager
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
 
 OP = OpInfo(
     name="per_channel_cast",
@@ -23,9 +25,9 @@ OP = OpInfo(
                   (('T', 1), ('H', 1)), None),
     ),
     outputs=(
-        OutputInfo("q", lambda d, v: { "e4m3_fp32_false": lambda d: (d["T"], d["H"],), "e4m3_fp32_true": lambda d: (d["H"], d["T"],), "e4m3_pow2_false": lambda d: (d["T"], d["H"],), "e4m3_pow2_true": lambda d: (d["H"], d["T"],), "e4m3_ue8m0_false": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_true": lambda d: (d["H"], d["T"],), }[v](d),
+        OutputInfo("q", { "e4m3_fp32_false": lambda d: (d["T"], d["H"],), "e4m3_fp32_true": lambda d: (d["H"], d["T"],), "e4m3_pow2_false": lambda d: (d["T"], d["H"],), "e4m3_pow2_true": lambda d: (d["H"], d["T"],), "e4m3_ue8m0_false": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_true": lambda d: (d["H"], d["T"],), },
                    lambda v, dt: {'e4m3_fp32_false': 'float8_e4m3fn', 'e4m3_fp32_true': 'float8_e4m3fn', 'e4m3_pow2_false': 'float8_e4m3fn', 'e4m3_pow2_true': 'float8_e4m3fn', 'e4m3_ue8m0_false': 'float8_e4m3fn', 'e4m3_ue8m0_true': 'float8_e4m3fn'}[v], 'bit', None, False),
-        OutputInfo("sf", lambda d, v: { "e4m3_fp32_false": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_fp32_true": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_pow2_false": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_pow2_true": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_ue8m0_false": lambda d: ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),), "e4m3_ue8m0_true": lambda d: ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),), }[v](d),
+        OutputInfo("sf", { "e4m3_fp32_false": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_fp32_true": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_pow2_false": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_pow2_true": lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],), "e4m3_ue8m0_false": lambda d: ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),), "e4m3_ue8m0_true": lambda d: ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),), },
                    lambda v, dt: {'e4m3_fp32_false': 'float32', 'e4m3_fp32_true': 'float32', 'e4m3_pow2_false': 'float32', 'e4m3_pow2_true': 'float32', 'e4m3_ue8m0_false': 'int32', 'e4m3_ue8m0_true': 'int32'}[v], 'bit', None, False),
     ),
     dims=(
@@ -40,7 +42,7 @@ OP = OpInfo(
 
 @torch.library.custom_op("tkgen::per_channel_cast", mutates_args=())
 def _per_channel_cast(x: torch.Tensor, fmt: str, group_tokens: int, scale: str, transpose: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    outs = run(OP, { "x": x, }, { "fmt": fmt, "group_tokens": group_tokens, "scale": scale, "transpose": transpose, })
+    outs = call(OP, (x,), (fmt, group_tokens, scale, transpose))
     return outs
 
 
@@ -50,7 +52,20 @@ def _(x, fmt, group_tokens, scale, transpose):
     return outs
 
 
-def per_channel_cast(x, fmt='e4m3', group_tokens=128, scale='fp32', transpose=False):
+def invoke(x, fmt, group_tokens, scale, transpose):
+    """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
+    needed, else the `torch.library` dispatcher."""
+    if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
+        check(OP, { "x": x, }, { "fmt": fmt, "group_tokens": group_tokens, "scale": scale, "transpose": transpose, })
+    elif eager(x,):
+        outs = call(OP, (x,), (fmt, group_tokens, scale, transpose))
+        return outs
+    else:                                  # bad arguments fail before the dispatcher sees them
+        OP.site.checked((x,), (fmt, group_tokens, scale, transpose))
+    return torch.ops.tkgen.per_channel_cast(x, fmt, group_tokens, scale, transpose)
+
+
+def per_channel_cast(x, fmt='e4m3', group_tokens=128, scale='fp32', transpose=False, *, scale_block=None):
     """Quantize `x` with one scale per channel per group of `group_tokens` consecutive rows. Per channel and row group: a = max(amax(|x|), 1e-4) over the group's rows inside the tensor (the last group may be partial); the scale rule of `scale` turns `a` into the dequantization scale `sf` and the quantization multiplier `inv`; q = fmt(x * inv), rounding to nearest even and saturating. With `transpose`, q is returned transposed, [H, T] (sf keeps its layout).
     
     Args:
@@ -59,11 +74,15 @@ def per_channel_cast(x, fmt='e4m3', group_tokens=128, scale='fp32', transpose=Fa
         group_tokens: rows per scale (32, 128; default 128).
         scale: scale format: fp32 ratio, power of two, or packed UE8M0 bytes (fp32, pow2, ue8m0; default 'fp32').
         transpose: return q as [H, T] (False, True; default False).
+        scale_block: the scale block as (rows, cols), in place of `group_tokens` (docs/api-conventions.md).
     
     Returns:
         q: [T, H], format `fmt`, exact: bit.
         sf: [ceildiv(T, group_tokens), H], scale format `scale`, exact: bit.
     
     Generated from specs/quant/per_channel_cast.yaml."""
-    check(OP, { "x": x, }, { "fmt": fmt, "group_tokens": group_tokens, "scale": scale, "transpose": transpose, })
-    return torch.ops.tkgen.per_channel_cast(x, fmt, group_tokens, scale, transpose)
+    if scale_block is not None:
+        group_tokens, _ = as_block("per_channel_cast", scale_block, cols=1)
+    fmt = as_format(fmt)
+    scale = as_format(scale)
+    return invoke(x, fmt, group_tokens, scale, transpose)

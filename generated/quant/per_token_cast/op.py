@@ -3,7 +3,9 @@
 """`tkgen.ops.per_token_cast` and the `torch.ops.tkgen.per_token_cast` custom op."""
 import torch
 
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check, run
+from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
+from tkgen.runtime.fastpath import call, eager
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
 
 OP = OpInfo(
     name="per_token_cast",
@@ -23,9 +25,9 @@ OP = OpInfo(
                   (('T', 1), ('H', 1)), None),
     ),
     outputs=(
-        OutputInfo("q", lambda d, v: { "e4m3_fp32_row": lambda d: (d["T"], d["H"],), "e4m3_fp32_col": lambda d: (d["T"], d["H"],), "e4m3_pow2_row": lambda d: (d["T"], d["H"],), "e4m3_pow2_col": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_row": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_col": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_byte_row": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_byte_col": lambda d: (d["T"], d["H"],), "e5m2_fp32_row": lambda d: (d["T"], d["H"],), "e5m2_fp32_col": lambda d: (d["T"], d["H"],), "e5m2_pow2_row": lambda d: (d["T"], d["H"],), "e5m2_pow2_col": lambda d: (d["T"], d["H"],), "e5m2_ue8m0_row": lambda d: (d["T"], d["H"],), "e5m2_ue8m0_col": lambda d: (d["T"], d["H"],), "e5m2_ue8m0_byte_row": lambda d: (d["T"], d["H"],), "e5m2_ue8m0_byte_col": lambda d: (d["T"], d["H"],), "e2m1_fp32_row": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_fp32_col": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_pow2_row": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_pow2_col": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_ue8m0_row": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_ue8m0_col": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_ue8m0_byte_row": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_ue8m0_byte_col": lambda d: (d["T"], -(-d["H"] // 2),), "e5m6_fp32_row": lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_fp32_col": lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_pow2_row": lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_pow2_col": lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_ue8m0_row": lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_ue8m0_col": lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_ue8m0_byte_row": lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_ue8m0_byte_col": lambda d: (d["T"], -(-d["H"] // 8) * 12,), }[v](d),
+        OutputInfo("q", { "e4m3_fp32_row": lambda d: (d["T"], d["H"],), "e4m3_fp32_col": lambda d: (d["T"], d["H"],), "e4m3_pow2_row": lambda d: (d["T"], d["H"],), "e4m3_pow2_col": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_row": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_col": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_byte_row": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_byte_col": lambda d: (d["T"], d["H"],), "e5m2_fp32_row": lambda d: (d["T"], d["H"],), "e5m2_fp32_col": lambda d: (d["T"], d["H"],), "e5m2_pow2_row": lambda d: (d["T"], d["H"],), "e5m2_pow2_col": lambda d: (d["T"], d["H"],), "e5m2_ue8m0_row": lambda d: (d["T"], d["H"],), "e5m2_ue8m0_col": lambda d: (d["T"], d["H"],), "e5m2_ue8m0_byte_row": lambda d: (d["T"], d["H"],), "e5m2_ue8m0_byte_col": lambda d: (d["T"], d["H"],), "e2m1_fp32_row": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_fp32_col": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_pow2_row": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_pow2_col": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_ue8m0_row": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_ue8m0_col": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_ue8m0_byte_row": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_ue8m0_byte_col": lambda d: (d["T"], -(-d["H"] // 2),), "e5m6_fp32_row": lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_fp32_col": lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_pow2_row": lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_pow2_col": lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_ue8m0_row": lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_ue8m0_col": lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_ue8m0_byte_row": lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_ue8m0_byte_col": lambda d: (d["T"], -(-d["H"] // 8) * 12,), },
                    lambda v, dt: {'e4m3_fp32_row': 'float8_e4m3fn', 'e4m3_fp32_col': 'float8_e4m3fn', 'e4m3_pow2_row': 'float8_e4m3fn', 'e4m3_pow2_col': 'float8_e4m3fn', 'e4m3_ue8m0_row': 'float8_e4m3fn', 'e4m3_ue8m0_col': 'float8_e4m3fn', 'e4m3_ue8m0_byte_row': 'float8_e4m3fn', 'e4m3_ue8m0_byte_col': 'float8_e4m3fn', 'e5m2_fp32_row': 'float8_e5m2', 'e5m2_fp32_col': 'float8_e5m2', 'e5m2_pow2_row': 'float8_e5m2', 'e5m2_pow2_col': 'float8_e5m2', 'e5m2_ue8m0_row': 'float8_e5m2', 'e5m2_ue8m0_col': 'float8_e5m2', 'e5m2_ue8m0_byte_row': 'float8_e5m2', 'e5m2_ue8m0_byte_col': 'float8_e5m2', 'e2m1_fp32_row': 'int8', 'e2m1_fp32_col': 'int8', 'e2m1_pow2_row': 'int8', 'e2m1_pow2_col': 'int8', 'e2m1_ue8m0_row': 'int8', 'e2m1_ue8m0_col': 'int8', 'e2m1_ue8m0_byte_row': 'int8', 'e2m1_ue8m0_byte_col': 'int8', 'e5m6_fp32_row': 'uint8', 'e5m6_fp32_col': 'uint8', 'e5m6_pow2_row': 'uint8', 'e5m6_pow2_col': 'uint8', 'e5m6_ue8m0_row': 'uint8', 'e5m6_ue8m0_col': 'uint8', 'e5m6_ue8m0_byte_row': 'uint8', 'e5m6_ue8m0_byte_col': 'uint8'}[v], 'bit', None, False),
-        OutputInfo("sf", lambda d, v: { "e4m3_fp32_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_ue8m0_row": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_col": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_byte_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_ue8m0_byte_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_fp32_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_fp32_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_pow2_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_pow2_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_ue8m0_row": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m2_ue8m0_col": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m2_ue8m0_byte_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_ue8m0_byte_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_fp32_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_fp32_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_pow2_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_pow2_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_ue8m0_row": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e2m1_ue8m0_col": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e2m1_ue8m0_byte_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_ue8m0_byte_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_fp32_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_fp32_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_pow2_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_pow2_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_ue8m0_row": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m6_ue8m0_col": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m6_ue8m0_byte_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_ue8m0_byte_col": lambda d: (d["T"], (d["H"] // d["group"]),), }[v](d),
+        OutputInfo("sf", { "e4m3_fp32_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_ue8m0_row": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_col": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_byte_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_ue8m0_byte_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_fp32_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_fp32_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_pow2_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_pow2_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_ue8m0_row": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m2_ue8m0_col": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m2_ue8m0_byte_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_ue8m0_byte_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_fp32_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_fp32_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_pow2_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_pow2_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_ue8m0_row": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e2m1_ue8m0_col": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e2m1_ue8m0_byte_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_ue8m0_byte_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_fp32_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_fp32_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_pow2_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_pow2_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_ue8m0_row": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m6_ue8m0_col": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m6_ue8m0_byte_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_ue8m0_byte_col": lambda d: (d["T"], (d["H"] // d["group"]),), },
                    lambda v, dt: {'e4m3_fp32_row': 'float32', 'e4m3_fp32_col': 'float32', 'e4m3_pow2_row': 'float32', 'e4m3_pow2_col': 'float32', 'e4m3_ue8m0_row': 'int32', 'e4m3_ue8m0_col': 'int32', 'e4m3_ue8m0_byte_row': 'uint8', 'e4m3_ue8m0_byte_col': 'uint8', 'e5m2_fp32_row': 'float32', 'e5m2_fp32_col': 'float32', 'e5m2_pow2_row': 'float32', 'e5m2_pow2_col': 'float32', 'e5m2_ue8m0_row': 'int32', 'e5m2_ue8m0_col': 'int32', 'e5m2_ue8m0_byte_row': 'uint8', 'e5m2_ue8m0_byte_col': 'uint8', 'e2m1_fp32_row': 'float32', 'e2m1_fp32_col': 'float32', 'e2m1_pow2_row': 'float32', 'e2m1_pow2_col': 'float32', 'e2m1_ue8m0_row': 'int32', 'e2m1_ue8m0_col': 'int32', 'e2m1_ue8m0_byte_row': 'uint8', 'e2m1_ue8m0_byte_col': 'uint8', 'e5m6_fp32_row': 'float32', 'e5m6_fp32_col': 'float32', 'e5m6_pow2_row': 'float32', 'e5m6_pow2_col': 'float32', 'e5m6_ue8m0_row': 'int32', 'e5m6_ue8m0_col': 'int32', 'e5m6_ue8m0_byte_row': 'uint8', 'e5m6_ue8m0_byte_col': 'uint8'}[v], 'bit', None, False, col_pad=lambda v: {'e4m3_fp32_row': None, 'e4m3_fp32_col': 4, 'e4m3_pow2_row': None, 'e4m3_pow2_col': 4, 'e4m3_ue8m0_row': None, 'e4m3_ue8m0_col': 4, 'e4m3_ue8m0_byte_row': None, 'e4m3_ue8m0_byte_col': 16, 'e5m2_fp32_row': None, 'e5m2_fp32_col': 4, 'e5m2_pow2_row': None, 'e5m2_pow2_col': 4, 'e5m2_ue8m0_row': None, 'e5m2_ue8m0_col': 4, 'e5m2_ue8m0_byte_row': None, 'e5m2_ue8m0_byte_col': 16, 'e2m1_fp32_row': None, 'e2m1_fp32_col': 4, 'e2m1_pow2_row': None, 'e2m1_pow2_col': 4, 'e2m1_ue8m0_row': None, 'e2m1_ue8m0_col': 4, 'e2m1_ue8m0_byte_row': None, 'e2m1_ue8m0_byte_col': 16, 'e5m6_fp32_row': None, 'e5m6_fp32_col': 4, 'e5m6_pow2_row': None, 'e5m6_pow2_col': 4, 'e5m6_ue8m0_row': None, 'e5m6_ue8m0_col': 4, 'e5m6_ue8m0_byte_row': None, 'e5m6_ue8m0_byte_col': 16}[v]),
     ),
     dims=(
@@ -41,7 +43,7 @@ OP = OpInfo(
 
 @torch.library.custom_op("tkgen::per_token_cast", mutates_args=())
 def _per_token_cast(x: torch.Tensor, fmt: str, group: int, scale: str, sf_layout: str) -> tuple[torch.Tensor, torch.Tensor]:
-    outs = run(OP, { "x": x, }, { "fmt": fmt, "group": group, "scale": scale, "sf_layout": sf_layout, })
+    outs = call(OP, (x,), (fmt, group, scale, sf_layout))
     return outs
 
 
@@ -51,7 +53,20 @@ def _(x, fmt, group, scale, sf_layout):
     return outs
 
 
-def per_token_cast(x, fmt='e4m3', group=128, scale='fp32', sf_layout='row'):
+def invoke(x, fmt, group, scale, sf_layout):
+    """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
+    needed, else the `torch.library` dispatcher."""
+    if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
+        check(OP, { "x": x, }, { "fmt": fmt, "group": group, "scale": scale, "sf_layout": sf_layout, })
+    elif eager(x,):
+        outs = call(OP, (x,), (fmt, group, scale, sf_layout))
+        return outs
+    else:                                  # bad arguments fail before the dispatcher sees them
+        OP.site.checked((x,), (fmt, group, scale, sf_layout))
+    return torch.ops.tkgen.per_token_cast(x, fmt, group, scale, sf_layout)
+
+
+def per_token_cast(x, fmt='e4m3', group=128, scale='fp32', sf_layout='row', *, scale_block=None):
     """Quantize each row of `x` in groups of `group` consecutive channels, one scale per group. Per row and group: a = max(amax(|x|), min_amax(fmt)) (1e-4 for e4m3, e5m2 and e5m6, 6 * 2^-126 for e2m1); the scale rule of `scale` turns `a` into the dequantization scale `sf` and the quantization multiplier `inv`; q = fmt(x * inv) by the format's rounding and saturation rules. Packed formats (e2m1, e5m6) return the packed container: int8 [T, H / 2] and uint8 [T, H * 3 / 2].
     
     Args:
@@ -60,11 +75,15 @@ def per_token_cast(x, fmt='e4m3', group=128, scale='fp32', sf_layout='row'):
         group: channels per scale (H means one scale per row) (32, 64, 128, H; default 128).
         scale: scale format of sf: fp32 ratio, power of two as fp32, UE8M0 packed four per int32, or UE8M0 bytes (fp32, pow2, ue8m0, ue8m0_byte; default 'fp32').
         sf_layout: layout of sf: row-major, or column-major with rows padded to 16 bytes for TMA (a strided view) (row, col; default 'row').
+        scale_block: the scale block as (rows, cols), in place of `group` (docs/api-conventions.md).
     
     Returns:
         q: [T, H], format `fmt`, exact: bit.
         sf: [T, H / group], scale format `scale`, exact: bit.
     
     Generated from specs/quant/per_token_cast.yaml."""
-    check(OP, { "x": x, }, { "fmt": fmt, "group": group, "scale": scale, "sf_layout": sf_layout, })
-    return torch.ops.tkgen.per_token_cast(x, fmt, group, scale, sf_layout)
+    if scale_block is not None:
+        _, group = as_block("per_token_cast", scale_block, rows=1)
+    fmt = as_format(fmt)
+    scale = as_format(scale)
+    return invoke(x, fmt, group, scale, sf_layout)

@@ -3,7 +3,9 @@
 """`tkgen.ops.per_token_cast_and_cast_back` and the `torch.ops.tkgen.per_token_cast_and_cast_back` custom op."""
 import torch
 
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check, run
+from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
+from tkgen.runtime.fastpath import call, eager
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
 
 OP = OpInfo(
     name="per_token_cast_and_cast_back",
@@ -23,7 +25,7 @@ OP = OpInfo(
                   (('T', 1), ('H', 1)), None),
     ),
     outputs=(
-        OutputInfo("y", lambda d, v: { "e4m3_fp32_bf16": lambda d: (d["T"], d["H"],), "e4m3_fp32_fp32": lambda d: (d["T"], d["H"],), "e4m3_pow2_bf16": lambda d: (d["T"], d["H"],), "e4m3_pow2_fp32": lambda d: (d["T"], d["H"],), "e5m2_fp32_bf16": lambda d: (d["T"], d["H"],), "e5m2_fp32_fp32": lambda d: (d["T"], d["H"],), "e5m2_pow2_bf16": lambda d: (d["T"], d["H"],), "e5m2_pow2_fp32": lambda d: (d["T"], d["H"],), "e2m1_fp32_bf16": lambda d: (d["T"], d["H"],), "e2m1_fp32_fp32": lambda d: (d["T"], d["H"],), "e2m1_pow2_bf16": lambda d: (d["T"], d["H"],), "e2m1_pow2_fp32": lambda d: (d["T"], d["H"],), "e5m6_fp32_bf16": lambda d: (d["T"], d["H"],), "e5m6_fp32_fp32": lambda d: (d["T"], d["H"],), "e5m6_pow2_bf16": lambda d: (d["T"], d["H"],), "e5m6_pow2_fp32": lambda d: (d["T"], d["H"],), }[v](d),
+        OutputInfo("y", { "e4m3_fp32_bf16": lambda d: (d["T"], d["H"],), "e4m3_fp32_fp32": lambda d: (d["T"], d["H"],), "e4m3_pow2_bf16": lambda d: (d["T"], d["H"],), "e4m3_pow2_fp32": lambda d: (d["T"], d["H"],), "e5m2_fp32_bf16": lambda d: (d["T"], d["H"],), "e5m2_fp32_fp32": lambda d: (d["T"], d["H"],), "e5m2_pow2_bf16": lambda d: (d["T"], d["H"],), "e5m2_pow2_fp32": lambda d: (d["T"], d["H"],), "e2m1_fp32_bf16": lambda d: (d["T"], d["H"],), "e2m1_fp32_fp32": lambda d: (d["T"], d["H"],), "e2m1_pow2_bf16": lambda d: (d["T"], d["H"],), "e2m1_pow2_fp32": lambda d: (d["T"], d["H"],), "e5m6_fp32_bf16": lambda d: (d["T"], d["H"],), "e5m6_fp32_fp32": lambda d: (d["T"], d["H"],), "e5m6_pow2_bf16": lambda d: (d["T"], d["H"],), "e5m6_pow2_fp32": lambda d: (d["T"], d["H"],), },
                    lambda v, dt: {'e4m3_fp32_bf16': 'bfloat16', 'e4m3_fp32_fp32': 'float32', 'e4m3_pow2_bf16': 'bfloat16', 'e4m3_pow2_fp32': 'float32', 'e5m2_fp32_bf16': 'bfloat16', 'e5m2_fp32_fp32': 'float32', 'e5m2_pow2_bf16': 'bfloat16', 'e5m2_pow2_fp32': 'float32', 'e2m1_fp32_bf16': 'bfloat16', 'e2m1_fp32_fp32': 'float32', 'e2m1_pow2_bf16': 'bfloat16', 'e2m1_pow2_fp32': 'float32', 'e5m6_fp32_bf16': 'bfloat16', 'e5m6_fp32_fp32': 'float32', 'e5m6_pow2_bf16': 'bfloat16', 'e5m6_pow2_fp32': 'float32'}[v], 'bit', None, False),
     ),
     dims=(
@@ -39,7 +41,7 @@ OP = OpInfo(
 
 @torch.library.custom_op("tkgen::per_token_cast_and_cast_back", mutates_args=())
 def _per_token_cast_and_cast_back(x: torch.Tensor, fmt: str, group: int, scale: str, out: str) -> torch.Tensor:
-    outs = run(OP, { "x": x, }, { "fmt": fmt, "group": group, "scale": scale, "out": out, })
+    outs = call(OP, (x,), (fmt, group, scale, out))
     return outs[0]
 
 
@@ -49,7 +51,20 @@ def _(x, fmt, group, scale, out):
     return outs[0]
 
 
-def per_token_cast_and_cast_back(x, fmt='e4m3', group=128, scale='fp32', out='bf16'):
+def invoke(x, fmt, group, scale, out):
+    """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
+    needed, else the `torch.library` dispatcher."""
+    if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
+        check(OP, { "x": x, }, { "fmt": fmt, "group": group, "scale": scale, "out": out, })
+    elif eager(x,):
+        outs = call(OP, (x,), (fmt, group, scale, out))
+        return outs[0]
+    else:                                  # bad arguments fail before the dispatcher sees them
+        OP.site.checked((x,), (fmt, group, scale, out))
+    return torch.ops.tkgen.per_token_cast_and_cast_back(x, fmt, group, scale, out)
+
+
+def per_token_cast_and_cast_back(x, fmt='e4m3', group=128, scale='fp32', out='bf16', *, scale_block=None):
     """Fake quantization: per_token_cast followed by cast_back, in one kernel, without writing the codes or the scales. Per row and group of `group` channels: a = max(amax(|x|), min_amax(fmt)); (sf, inv) by the rule of `scale`; y = out(decode(fmt(x * inv)) * sf), every step in float32 and the last rounded to nearest even into `out`. TileKernels updates x in place and keeps its dtype; here y is a new tensor, and `out` should name x's dtype to match it.
     
     Args:
@@ -58,10 +73,15 @@ def per_token_cast_and_cast_back(x, fmt='e4m3', group=128, scale='fp32', out='bf
         group: channels per scale (H means one scale per row) (16, 32, 64, 128, H; default 128).
         scale: scale rule: fp32 ratio or power of two (UE8M0 values) (fp32, pow2; default 'fp32').
         out: format of y (x dtype, to match TileKernels) (bf16, fp32; default 'bf16').
+        scale_block: the scale block as (rows, cols), in place of `group` (docs/api-conventions.md).
     
     Returns:
         y: [T, H], format `out`, exact: bit.
     
     Generated from specs/quant/per_token_cast_and_cast_back.yaml."""
-    check(OP, { "x": x, }, { "fmt": fmt, "group": group, "scale": scale, "out": out, })
-    return torch.ops.tkgen.per_token_cast_and_cast_back(x, fmt, group, scale, out)
+    if scale_block is not None:
+        _, group = as_block("per_token_cast_and_cast_back", scale_block, rows=1)
+    fmt = as_format(fmt)
+    scale = as_format(scale)
+    out = as_format(out)
+    return invoke(x, fmt, group, scale, out)

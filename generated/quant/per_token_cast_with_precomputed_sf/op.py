@@ -3,7 +3,9 @@
 """`tkgen.ops.per_token_cast_with_precomputed_sf` and the `torch.ops.tkgen.per_token_cast_with_precomputed_sf` custom op."""
 import torch
 
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check, run
+from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
+from tkgen.runtime.fastpath import call, eager
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
 
 OP = OpInfo(
     name="per_token_cast_with_precomputed_sf",
@@ -21,7 +23,7 @@ OP = OpInfo(
                   (('T', 1), None), None),
     ),
     outputs=(
-        OutputInfo("q", lambda d, v: { "e4m3": lambda d: (d["T"], d["H"],), "e5m2": lambda d: (d["T"], d["H"],), "e2m1": lambda d: (d["T"], -(-d["H"] // 2),), "e5m6": lambda d: (d["T"], -(-d["H"] // 8) * 12,), }[v](d),
+        OutputInfo("q", { "e4m3": lambda d: (d["T"], d["H"],), "e5m2": lambda d: (d["T"], d["H"],), "e2m1": lambda d: (d["T"], -(-d["H"] // 2),), "e5m6": lambda d: (d["T"], -(-d["H"] // 8) * 12,), },
                    lambda v, dt: {'e4m3': 'float8_e4m3fn', 'e5m2': 'float8_e5m2', 'e2m1': 'int8', 'e5m6': 'uint8'}[v], 'bit', None, False),
     ),
     dims=(
@@ -37,7 +39,7 @@ OP = OpInfo(
 
 @torch.library.custom_op("tkgen::per_token_cast_with_precomputed_sf", mutates_args=())
 def _per_token_cast_with_precomputed_sf(x: torch.Tensor, sf: torch.Tensor, fmt: str, group: int) -> torch.Tensor:
-    outs = run(OP, { "x": x, "sf": sf, }, { "fmt": fmt, "group": group, })
+    outs = call(OP, (x, sf), (fmt, group))
     return outs[0]
 
 
@@ -47,7 +49,20 @@ def _(x, sf, fmt, group):
     return outs[0]
 
 
-def per_token_cast_with_precomputed_sf(x, sf, fmt='e4m3', group=128):
+def invoke(x, sf, fmt, group):
+    """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
+    needed, else the `torch.library` dispatcher."""
+    if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
+        check(OP, { "x": x, "sf": sf, }, { "fmt": fmt, "group": group, })
+    elif eager(x, sf):
+        outs = call(OP, (x, sf), (fmt, group))
+        return outs[0]
+    else:                                  # bad arguments fail before the dispatcher sees them
+        OP.site.checked((x, sf), (fmt, group))
+    return torch.ops.tkgen.per_token_cast_with_precomputed_sf(x, sf, fmt, group)
+
+
+def per_token_cast_with_precomputed_sf(x, sf, fmt='e4m3', group=128, *, scale_block=None):
     """per_token_cast with the scales given: q = fmt(x * (1 / sf)) per row and group of `group` channels, where 1 / sf is a float32 division, as TileKernels computes it. `sf` is row-major float32, the output of per_token_cast(..., scale="fp32" or "pow2").
     
     Args:
@@ -55,10 +70,13 @@ def per_token_cast_with_precomputed_sf(x, sf, fmt='e4m3', group=128):
         sf: [T, H / group] fp32, contiguous, cpu or cuda.
         fmt: element format of q (specs/formats/element) (e4m3, e5m2, e2m1, e5m6; default 'e4m3').
         group: channels per scale (H means one scale per row) (32, 64, 128, H; default 128).
+        scale_block: the scale block as (rows, cols), in place of `group` (docs/api-conventions.md).
     
     Returns:
         q: [T, H], format `fmt`, exact: bit.
     
     Generated from specs/quant/per_token_cast_with_precomputed_sf.yaml."""
-    check(OP, { "x": x, "sf": sf, }, { "fmt": fmt, "group": group, })
-    return torch.ops.tkgen.per_token_cast_with_precomputed_sf(x, sf, fmt, group)
+    if scale_block is not None:
+        _, group = as_block("per_token_cast_with_precomputed_sf", scale_block, rows=1)
+    fmt = as_format(fmt)
+    return invoke(x, sf, fmt, group)

@@ -3,7 +3,9 @@
 """`tkgen.ops.per_token_cast_with_sf_only` and the `torch.ops.tkgen.per_token_cast_with_sf_only` custom op."""
 import torch
 
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check, run
+from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
+from tkgen.runtime.fastpath import call, eager
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
 
 OP = OpInfo(
     name="per_token_cast_with_sf_only",
@@ -21,7 +23,7 @@ OP = OpInfo(
                   (('T', 1), ('H', 1)), None),
     ),
     outputs=(
-        OutputInfo("sf", lambda d, v: { "e4m3_fp32": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_ue8m0": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_byte": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_fp32": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_pow2": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_ue8m0": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m2_ue8m0_byte": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_fp32": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_pow2": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_ue8m0": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e2m1_ue8m0_byte": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_fp32": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_pow2": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_ue8m0": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m6_ue8m0_byte": lambda d: (d["T"], (d["H"] // d["group"]),), }[v](d),
+        OutputInfo("sf", { "e4m3_fp32": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_ue8m0": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_byte": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_fp32": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_pow2": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_ue8m0": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m2_ue8m0_byte": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_fp32": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_pow2": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_ue8m0": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e2m1_ue8m0_byte": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_fp32": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_pow2": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_ue8m0": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m6_ue8m0_byte": lambda d: (d["T"], (d["H"] // d["group"]),), },
                    lambda v, dt: {'e4m3_fp32': 'float32', 'e4m3_pow2': 'float32', 'e4m3_ue8m0': 'int32', 'e4m3_ue8m0_byte': 'uint8', 'e5m2_fp32': 'float32', 'e5m2_pow2': 'float32', 'e5m2_ue8m0': 'int32', 'e5m2_ue8m0_byte': 'uint8', 'e2m1_fp32': 'float32', 'e2m1_pow2': 'float32', 'e2m1_ue8m0': 'int32', 'e2m1_ue8m0_byte': 'uint8', 'e5m6_fp32': 'float32', 'e5m6_pow2': 'float32', 'e5m6_ue8m0': 'int32', 'e5m6_ue8m0_byte': 'uint8'}[v], 'bit', None, False),
     ),
     dims=(
@@ -37,7 +39,7 @@ OP = OpInfo(
 
 @torch.library.custom_op("tkgen::per_token_cast_with_sf_only", mutates_args=())
 def _per_token_cast_with_sf_only(x: torch.Tensor, fmt: str, group: int, scale: str) -> torch.Tensor:
-    outs = run(OP, { "x": x, }, { "fmt": fmt, "group": group, "scale": scale, })
+    outs = call(OP, (x,), (fmt, group, scale))
     return outs[0]
 
 
@@ -47,7 +49,20 @@ def _(x, fmt, group, scale):
     return outs[0]
 
 
-def per_token_cast_with_sf_only(x, fmt='e4m3', group=128, scale='fp32'):
+def invoke(x, fmt, group, scale):
+    """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
+    needed, else the `torch.library` dispatcher."""
+    if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
+        check(OP, { "x": x, }, { "fmt": fmt, "group": group, "scale": scale, })
+    elif eager(x,):
+        outs = call(OP, (x,), (fmt, group, scale))
+        return outs[0]
+    else:                                  # bad arguments fail before the dispatcher sees them
+        OP.site.checked((x,), (fmt, group, scale))
+    return torch.ops.tkgen.per_token_cast_with_sf_only(x, fmt, group, scale)
+
+
+def per_token_cast_with_sf_only(x, fmt='e4m3', group=128, scale='fp32', *, scale_block=None):
     """The scales of per_token_cast alone, without the codes: per row and group of `group` channels, a = max(amax(|x|), min_amax(fmt)) and sf by the rule of `scale`, stored as `scale` says.
     
     Args:
@@ -55,10 +70,14 @@ def per_token_cast_with_sf_only(x, fmt='e4m3', group=128, scale='fp32'):
         fmt: element format the scales are for (e4m3, e5m2, e2m1, e5m6; default 'e4m3').
         group: channels per scale (H means one scale per row) (32, 64, 128, H; default 128).
         scale: scale format of sf: fp32 ratio, power of two as fp32, UE8M0 packed four per int32, or UE8M0 bytes (fp32, pow2, ue8m0, ue8m0_byte; default 'fp32').
+        scale_block: the scale block as (rows, cols), in place of `group` (docs/api-conventions.md).
     
     Returns:
         sf: [T, H / group], scale format `scale`, exact: bit.
     
     Generated from specs/quant/per_token_cast_with_sf_only.yaml."""
-    check(OP, { "x": x, }, { "fmt": fmt, "group": group, "scale": scale, })
-    return torch.ops.tkgen.per_token_cast_with_sf_only(x, fmt, group, scale)
+    if scale_block is not None:
+        _, group = as_block("per_token_cast_with_sf_only", scale_block, rows=1)
+    fmt = as_format(fmt)
+    scale = as_format(scale)
+    return invoke(x, fmt, group, scale)

@@ -3,7 +3,9 @@
 """`tkgen.ops.batched_transpose` and the `torch.ops.tkgen.batched_transpose` custom op."""
 import torch
 
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check, run
+from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
+from tkgen.runtime.fastpath import call, eager
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
 
 OP = OpInfo(
     name="batched_transpose",
@@ -15,7 +17,7 @@ OP = OpInfo(
                   (('B', 1), ('M', 1), ('N', 1)), None),
     ),
     outputs=(
-        OutputInfo("out", lambda d, v: { "base": lambda d: (d["B"], d["N"], d["M"],), }[v](d),
+        OutputInfo("out", { "base": lambda d: (d["B"], d["N"], d["M"],), },
                    lambda v, dt: dt['x'], 'bytes', None, False),
     ),
     dims=(
@@ -32,7 +34,7 @@ OP = OpInfo(
 
 @torch.library.custom_op("tkgen::batched_transpose", mutates_args=())
 def _batched_transpose(x: torch.Tensor) -> torch.Tensor:
-    outs = run(OP, { "x": x, }, { })
+    outs = call(OP, (x,), ())
     return outs[0]
 
 
@@ -40,6 +42,19 @@ def _batched_transpose(x: torch.Tensor) -> torch.Tensor:
 def _(x):
     outs = allocate(OP, { "x": x, }, { })
     return outs[0]
+
+
+def invoke(x):
+    """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
+    needed, else the `torch.library` dispatcher."""
+    if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
+        check(OP, { "x": x, }, { })
+    elif eager(x,):
+        outs = call(OP, (x,), ())
+        return outs[0]
+    else:                                  # bad arguments fail before the dispatcher sees them
+        OP.site.checked((x,), ())
+    return torch.ops.tkgen.batched_transpose(x)
 
 
 def batched_transpose(x):
@@ -52,5 +67,4 @@ def batched_transpose(x):
         out: [B, N, M], the dtype of `x`, exact: bytes.
     
     Generated from specs/transpose/batched_transpose.yaml."""
-    check(OP, { "x": x, }, { })
-    return torch.ops.tkgen.batched_transpose(x)
+    return invoke(x)

@@ -1,0 +1,291 @@
+"""tkgen.compat.tilekernels (2.1.0) and tkgen.compat.tilekernels_v1: each mapped function called as
+TileKernels' own tests call it (their shapes, made small for the CPU; operators-v1.md and -v2.md), against
+the tkgen op it maps to: the same bits, dtypes, shapes and strides (TileKernels' assert_equal), the
+same return structure and in-place behaviour; every name of each release's modules is there, and what
+tkgen has not built raises NotImplementedError naming it."""
+import pytest
+import torch
+
+import tkgen.compat.tilekernels as tk
+import tkgen.compat.tilekernels_v1 as tk1
+import tkgen.ops as ops
+from tkgen.testing.check import compare
+
+T, H = 33, 512
+g = torch.Generator().manual_seed(0)
+
+
+def randn(*shape, dtype=torch.bfloat16):
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+def same(got, want):
+    """TileKernels' assert_equal: dtype, shape, strides (unless empty) and bytes."""
+    if isinstance(want, (tuple, list)):
+        assert type(got) is tuple and len(got) == len(want)
+        for a, b in zip(got, want):
+            same(a, b)
+        return
+    if want is None:
+        assert got is None
+        return
+    strides = lambda t: [st for st, n in zip(t.stride(), t.shape) if n > 1]  # noqa: E731  (a size-1 dim has any)
+    assert strides(got) == strides(want) or got.numel() == 0, (got.stride(), want.stride())
+    compare("out", got, want, "bytes")
+
+
+def col(sf):
+    """The TMA-aligned column-major layout: strides (1, rows padded to 16 bytes)."""
+    assert sf.stride(0) == 1 and sf.stride(1) == -(-sf.shape[0] // (16 // sf.element_size())) * (16 // sf.element_size())
+    return sf.contiguous()
+
+
+# TileKernels' layout flags (use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0) and tkgen's scales
+LAYOUTS = [((False, True, False), "pow2", "row"), ((True, True, True), "ue8m0", "col"),
+           ((False, False, False), "fp32", "row")]
+
+
+@pytest.mark.parametrize("flags, scale, layout", LAYOUTS)
+@pytest.mark.parametrize("fmt, npc", [("e4m3", 32), ("e4m3", 128), ("e4m3", H), ("e2m1", 32)])
+def test_per_token_cast(flags, scale, layout, fmt, npc):
+    x = randn(T, H)
+    q, sf = tk.quant.per_token_cast(x, fmt, npc, None, *flags)
+    same((q, sf), ops.per_token_cast(x, fmt, npc, scale, layout))
+    same(tk1.quant.per_token_cast(x, fmt, npc, None, *flags), (q, sf))
+    sf_only = tk.quant.per_token_cast_with_sf_only(x, fmt, npc, *flags)
+    same(sf_only.contiguous(), ops.per_token_cast_with_sf_only(x, fmt, npc, scale))
+    if layout == "col":
+        col(sf_only)
+    if fmt == "e4m3" and scale != "ue8m0":
+        want = ops.per_token_cast_with_precomputed_sf(x, sf.contiguous(), fmt, npc)
+        same(tk.quant.per_token_cast_with_precomputed_sf(x, fmt, npc, sf), want)
+        out = torch.empty_like(want)
+        assert tk.quant.per_token_cast_with_precomputed_sf(x, fmt, npc, sf, out=out) is out and torch.equal(
+            out.view(torch.uint8), want.view(torch.uint8))
+
+
+@pytest.mark.parametrize("fmt, scale_flags, scale", [("e4m3", (False, False, False), "fp32"),
+                                                      ("e4m3", (True, True, True), "ue8m0"),
+                                                      ("e2m1", (True, True, True), "ue8m0")])
+@pytest.mark.parametrize("out", ["bf16", "fp32"])
+def test_cast_back_per_token(fmt, scale_flags, scale, out):
+    x = randn(T, H)
+    q, sf = tk.quant.per_token_cast(x, fmt, 128, None, *scale_flags)
+    want = ops.cast_back(q, sf.contiguous(), fmt, 128, scale, out)
+    same(tk.quant.cast_back((q, sf), out, (1, 128)), want)
+    same(tk.quant.per_token_cast_back((q, sf), out, 128), want)
+    same(tk1.quant.cast_back((q, sf), out, (1, 128)), want)
+
+
+@pytest.mark.parametrize("block", [(128, 128), (128, 1)])
+def test_cast_back_per_block(block):
+    q = randn(130, 256, dtype=torch.float32).to(torch.float8_e4m3fn)
+    sf = torch.rand(2, 256 // block[1], generator=g) + 0.5
+    want = ops.cast_back(q, sf, "e4m3", block[1], "fp32", "fp32", block_rows=block[0])
+    same(tk.quant.cast_back((q, sf), "fp32", block), want)
+    rows = torch.arange(130) // block[0]
+    ref = q.float() * sf[rows].repeat_interleave(block[1], dim=1)
+    assert torch.equal(want, ref)          # the 2-D scale block is the one TileKernels' cast_back means
+
+
+def test_per_token_cast_and_cast_back_is_in_place():
+    x = randn(T, H)
+    want = ops.per_token_cast_and_cast_back(x, "e4m3", 128, "pow2", "bf16")
+    y = x.clone()
+    assert tk.quant.per_token_cast_and_cast_back(y, "e4m3", 128, round_sf=True) is None
+    same(y, want)
+
+
+@pytest.mark.parametrize("flags, scale, layout", LAYOUTS)
+@pytest.mark.parametrize("block", [(128, 128), (32, 32)])
+def test_per_block_cast(flags, scale, layout, block):
+    x = randn(256, 256)
+    q, sf = tk.quant.per_block_cast(x, "e4m3", block, *flags)
+    wq, wsf = ops.per_block_cast(x, "e4m3", *block, scale)
+    same(q, wq)
+    same(col(sf) if layout == "col" else sf, wsf)
+    same(tk1.quant.per_block_cast(x, "e4m3", block, *flags), (q, sf))
+    sf_only = tk.quant.per_block_cast_with_sf_only(x, "e4m3", block, *flags)
+    same(col(sf_only) if layout == "col" else sf_only, ops.per_block_cast_with_sf_only(x, "e4m3", *block, scale))
+    if scale == "fp32":
+        same(tk.quant.per_block_cast_with_precomputed_sf(x, "e4m3", block, sf),
+             ops.per_block_cast_with_precomputed_sf(x, sf, "e4m3", *block))
+
+
+@pytest.mark.parametrize("out_block", [(1, 128), (32, 32), (128, 128)])
+@pytest.mark.parametrize("flags, scale, layout", [((False, True, False), "fp32", "row"), ((True, True, True), "ue8m0", "col")])
+def test_per_block_cast_lossless(out_block, flags, scale, layout):
+    x = randn(256, 256)
+    q4, sf4 = tk.quant.per_token_cast(x, "e2m1", 32, None, *flags)
+    got = tk.quant.per_block_cast_lossless((q4, sf4), "e4m3", (1, 32), out_block, *flags)
+    same(got, ops.per_block_cast_lossless(q4, sf4.contiguous(), *out_block, 32, "ue8m0" if flags[2] else "fp32",
+                                          scale, layout))
+    same(tk1.quant.per_block_cast_lossless((q4, sf4), "e4m3", (1, 32), out_block, *flags), got)
+
+
+@pytest.mark.parametrize("round_sf", [False, True])
+@pytest.mark.parametrize("npt", [32, 128])
+def test_per_channel_cast_and_transpose(round_sf, npt):
+    x = randn(256, H)
+    scale = "pow2" if round_sf else "fp32"
+    want = ops.per_channel_cast(x, "e4m3", npt, scale)
+    same(tk.quant.per_channel_cast(x, "e4m3", npt, round_sf), want)
+    same(tk1.quant.per_channel_cast(x, "e4m3", npt, round_sf), want)
+    same(tk1.quant.per_channel_cast_fused(x, "e4m3", npt, round_sf), want)
+    same(tk1.quant.per_channel_cast_and_transpose(x, "e4m3", npt, round_sf), ops.per_channel_cast(x, "e4m3", npt, scale, True))
+    for without in (False, True):
+        same(tk1.quant.swiglu_forward_and_per_channel_cast_and_transpose(x, "e4m3", npt, round_sf, without, 10.0),
+             ops.swiglu_forward_and_per_channel_cast_and_transpose(x, "e4m3", npt, scale, not without, 10.0))
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("clamp", [None, 0.5])
+def test_swiglu_forward(weighted, clamp):
+    x, w = randn(T, 2 * 256), (torch.rand(T, generator=g) if weighted else None)
+    rsf = 2.5 if weighted else None
+    counts = None if clamp is None else torch.full((4,), 7, dtype=torch.int64)
+    out = tk.quant.swiglu_forward(x, "bf16", None, w, rsf, clamp, counts)
+    want, want_counts = ops.swiglu_forward(x, weights=w, fmt="bf16", routed_scaling_factor=rsf or 1.0, clamp=clamp)
+    same(out, want)
+    if clamp is not None:        # added into TileKernels' int64[4]: three clamp counts and the elements seen
+        assert counts.tolist() == [7 + int(c) for c in want_counts] + [7 + T * 256]
+    q, sf = tk.quant.swiglu_forward_and_per_token_cast(x, "e4m3", 128, None, w, rsf, True, True, True, clamp, None)
+    wq, wsf, _ = ops.swiglu_forward_and_per_token_cast(x, weights=w, fmt="e4m3", group=128, scale="ue8m0",
+                                                      routed_scaling_factor=rsf or 1.0, clamp=clamp)
+    same(q, wq)
+    same(col(sf), wsf)
+
+
+def test_swiglu_forward_first_release_moe_options():
+    x = randn(T, 2 * 256)
+    topk_weights = torch.rand(11, 3, generator=g)
+    pos = torch.randint(-1, 33, (T,), generator=g, dtype=torch.int32)
+    expert = torch.where(torch.arange(T) % 5 == 0, -1, 1).to(torch.int32)
+    counts = torch.zeros(3, dtype=torch.int64)
+    q, sf = tk1.quant.swiglu_forward_and_per_token_cast(x, "e4m3", 128, pos, topk_weights, expert,
+                                                        swiglu_clamp_value=0.5, clamped_count=counts)
+    wq, wsf, wc = ops.swiglu_forward_and_per_token_cast(x, pos_to_token_topk=pos, topk_weights=topk_weights,
+                                                        pos_to_expert=expert, fmt="e4m3", group=128, clamp=0.5)
+    kept = (expert >= 0) & (pos >= 0)                       # padding rows are left as the buffer held them
+    same(q[kept], wq[kept])
+    same(sf[kept], wsf[kept])
+    assert torch.equal(counts, wc)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_swiglu_backward(weighted):
+    x, grad = randn(T, 2 * 256), randn(T, 256)
+    w = torch.rand(T, generator=g) if weighted else None
+    got = tk.quant.swiglu_backward(x, grad, "bf16", None, w, 2.0 if weighted else None, 10.0)
+    xg, wg, _ = ops.swiglu_backward(x, grad, weights=w, routed_scaling_factor=2.0 if weighted else 1.0, clamp=10.0)
+    same(got, (xg, wg) if weighted else (xg,))
+    q, sf = ops.per_token_cast(x, "e4m3", 128)
+    got = tk.quant.swiglu_backward_and_per_token_cast((q, sf), grad, "e4m3", 128, None, w, None, False, True,
+                                                      do_recompute=True)
+    xg, fp8, fp8_sf, wg, act = ops.swiglu_backward_and_per_token_cast(q, sf, grad, 128, w, "pow2", recompute=True)
+    same(got, (xg, (fp8, fp8_sf), wg, act) if weighted else (xg, (fp8, fp8_sf), act))
+
+
+def test_swiglu_backward_first_release_weight_positions():
+    tokens, k = 11, 3
+    x, grad = randn(T, 2 * 256), randn(T, 256)
+    q, sf = ops.per_token_cast(x, "e4m3", 128)
+    weight = torch.rand(tokens, k, generator=g)
+    pos = torch.randperm(tokens * k, generator=g)[:T].to(torch.int32)
+    pos[::7] = -1
+    to_pos = torch.full((tokens * k,), -1, dtype=torch.int32)
+    to_pos[pos[pos >= 0].long()] = torch.arange(T, dtype=torch.int32)[pos >= 0]
+    out, (fp8, fp8_sf), xg, wg = tk1.quant.swiglu_backward_and_per_token_cast((q, sf), grad, weight, pos,
+                                                                              to_pos.view(tokens, k), 128)
+    rows = torch.where(pos >= 0, weight.reshape(-1)[pos.clamp(min=0).long()], torch.zeros(()))
+    w_xg, w_fp8, w_sf, w_wg, w_act = ops.swiglu_backward_and_per_token_cast(q, sf, grad, 128, rows, recompute=True)
+    same((out, fp8, fp8_sf, xg), (w_act, w_fp8, w_sf, w_xg))
+    want = torch.zeros(tokens * k)
+    want[pos[pos >= 0].long()] = w_wg[pos >= 0]
+    assert wg.shape == (tokens, k) and torch.equal(wg.reshape(-1), want)
+
+
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_norm(with_residual):
+    x, w = randn(T, H), randn(H)
+    r = randn(T, H) if with_residual else None
+    out, rstd, norm_input = tk.quant.norm_forward(x, w, 1e-6, residual=r, with_rstd=True)
+    wout, wrstd, wres = ops.rmsnorm_forward(x, w, r, 1e-6)
+    same((out, rstd, norm_input), (wout, wrstd, wres if with_residual else x))
+    assert tk.quant.norm_forward(x, w, 1e-6, residual=r)[1] is None
+    (q, sf), bf16, rstd2, _ = tk.quant.norm_forward_and_per_token_cast(x, w, 1e-6, "e4m3", 32, residual=r,
+                                                                       with_rstd=True)
+    wq, wsf, wrstd2, _ = ops.rmsnorm_forward_and_per_token_cast(x, w, r, 1e-6, 1.0, "e4m3", 32, "fp32")
+    same((q, sf, bf16, rstd2), (wq, wsf, None, wrstd2))
+    grad = randn(T, H)
+    xg, wg = tk.quant.norm_backward(grad, norm_input, w, rstd)
+    want_xg, _, want_wg = ops.rmsnorm_backward(grad, norm_input, rstd, w)
+    same((xg, wg), (want_xg, want_wg.to(w.dtype)))
+    acc = torch.ones(H, dtype=torch.float32)
+    assert tk.quant.norm_backward(grad, norm_input, w, rstd, weight_grad=acc)[1] is acc
+    assert torch.equal(acc, 1 + want_wg)
+
+
+def test_topk_gate_and_transpose():
+    scores = randn(T, 72, dtype=torch.float32)
+    same(tk.moe.topk_gate(scores, 6), ops.topk_gate(scores, 6))
+    same(tk1.moe.topk_gate(scores, 6), ops.topk_gate(scores, 6))
+    x = randn(3, 64, 128).to(torch.float8_e4m3fn)
+    same(tk1.transpose.batched_transpose(x), ops.batched_transpose(x))
+    same(tk1.transpose.transpose(x[0]), x[0].T.contiguous())
+
+
+# Each release's public names (their __init__ files), module by module.
+V2 = {"quant": ["per_channel_cast", "unpack_from_e2m1fn_x2", "per_token_cast", "per_token_cast_with_precomputed_sf",
+                "per_token_cast_with_sf_only", "per_block_cast", "per_block_cast_with_precomputed_sf",
+                "per_block_cast_with_sf_only", "cast_back", "per_token_cast_back", "cast",
+                "per_token_cast_and_cast_back", "swiglu_backward_and_per_token_cast", "swiglu_backward",
+                "swiglu_forward_and_per_token_cast", "swiglu_forward", "per_block_cast_lossless",
+                "batched_transpose_weight_sf", "norm_forward_and_per_token_cast", "norm_forward", "norm_backward"],
+      "moe": ["normalize_weight", "moe_topk_gate", "moe_topk_gate_forward", "moe_topk_gate_backward", "topk_gate"],
+      "engram": ["fused_weight", "engram_gate_bwd", "engram_gate_fwd", "grad_w_reduce", "engram_hash",
+                 "engram_sinkhorn_finalize", "engram_sinkhorn_momentum_update", "engram_sinkhorn_step",
+                 "engram_sinkhorn_step_reduce"],
+      "rand": ["randn", "randn_like", "set_seed"], "transform": ["apply_rotary"], "modeling.engram": ["engram_gate"],
+      "mhc": ["expand_to_mhc_fwd", "mhc_post_fwd", "mhc_sinkhorn_bwd", "mhc_pre_big_fuse_fwd"]}
+V1 = {"quant": ["swiglu_forward_and_per_channel_cast_and_transpose", "per_channel_cast", "per_channel_cast_fused",
+                "per_channel_cast_and_transpose", "swiglu_forward_and_per_token_cast",
+                "swiglu_backward_and_per_token_cast", "unpack_from_e2m1fn_x2", "per_token_cast",
+                "per_token_cast_with_precomputed_sf", "per_token_cast_with_sf_only", "per_block_cast",
+                "per_block_cast_with_precomputed_sf", "per_block_cast_with_sf_only", "cast_back",
+                "per_token_cast_back", "per_block_cast_lossless"],
+      "moe": ["get_fused_mapping", "reduce_fused", "expand_to_fused", "expand_to_fused_with_sf",
+              "inplace_unique_group_indices", "aux_fi", "group_count", "mask_indices_by_tp", "normalize_weight",
+              "top2_sum_gate", "topk_gate", "topk_sum_and_topk_group_idx"],
+      "transpose": ["transpose", "batched_transpose"],
+      "engram": ["fused_weight", "engram_gate_fwd", "engram_gate_bwd", "grad_w_reduce", "engram_hash"],
+      "modeling.engram": ["engram_gate"], "modeling.mhc": ["expand_from_embedding", "mhc_head", "mhc_pre"],
+      "modeling.mhc.ops": ["expand_to_mhc", "mhc_post", "sinkhorn_normalize"]}
+
+
+def _module(root, path):
+    for part in path.split("."):
+        root = getattr(root, part)
+    return root
+
+
+@pytest.mark.parametrize("root, names", [(tk, V2), (tk1, V1)], ids=["2.1.0", "1.0"])
+def test_every_name_is_there_and_what_is_not_built_says_so(root, names):
+    for path, fns in names.items():
+        mod = _module(root, path)
+        for name in fns:
+            fn = getattr(mod, name)
+            if fn.__doc__ and "not built in tkgen yet" in fn.__doc__:
+                with pytest.raises(NotImplementedError, match=f"TileKernels' {path}.{name} is not built"):
+                    fn(None)
+    assert not hasattr(tk, "transpose") and not hasattr(tk1, "rand")       # 2.1.0 dropped transpose
+
+
+def test_options_tkgen_lacks_raise_naming_them():
+    x = randn(T, H)
+    with pytest.raises(NotImplementedError, match="per_token_cast with stochastic_cast=True"):
+        tk.quant.per_token_cast(x, "e4m3", 128, stochastic_cast=True)
+    with pytest.raises(NotImplementedError, match="psum_num_tokens_per_expert"):
+        tk.quant.swiglu_forward(randn(T, 512), "bf16", torch.zeros(2, dtype=torch.int32))
+    with pytest.raises(NotImplementedError, match="use_e4m3_sf"):
+        tk.quant.per_token_cast_with_sf_only(x, "e4m3", 128, use_e4m3_sf=True)

@@ -1,0 +1,94 @@
+"""What the TileKernels-compatible modules share: their options as tkgen params, input scales told
+apart as TileKernels does, its column-major scale layout, and the NotImplementedError of what is missing."""
+from __future__ import annotations
+
+import torch
+
+from ..runtime.layouts import col_major_empty
+
+ELEMENT_OF_DTYPE = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2", torch.int8: "e2m1"}
+
+
+def ops():
+    import tkgen.ops
+    return tkgen.ops
+
+
+class Missing(NotImplementedError):
+    """A TileKernels function or option that tkgen does not have (yet)."""
+
+    def __init__(self, name: str, what: str = ""):
+        super().__init__(f"tkgen.compat: TileKernels' {name}{' ' + what if what else ''} is not built in tkgen yet")
+
+
+def missing(name: str, release: str):
+    """A stand-in for a TileKernels function tkgen has no kernel for: raises Missing naming it."""
+    def fn(*args, **kwargs):
+        raise Missing(name)
+    fn.__name__ = fn.__qualname__ = name.rsplit(".", 1)[-1]
+    fn.__doc__ = f"TileKernels {release}'s `{name}`: not built in tkgen yet (raises NotImplementedError)."
+    return fn
+
+
+def need(ok: bool, name: str, what: str):
+    if not ok:
+        raise Missing(name, what)
+
+
+def scale_format(name, round_sf: bool, use_packed_ue8m0: bool, use_e4m3_sf: bool = False) -> str:
+    """tkgen's scale format for TileKernels' flags: float32, rounded up to a power of two, or packed UE8M0
+    (four exponent bytes per int32, which TileKernels writes only for rounded scales)."""
+    need(not use_e4m3_sf, name, "with use_e4m3_sf=True (e4m3 scales)")
+    if use_packed_ue8m0:
+        need(round_sf, name, "with use_packed_ue8m0=True and round_sf=False")
+        return "ue8m0"
+    return "pow2" if round_sf else "fp32"
+
+
+def input_scale(sf: torch.Tensor) -> str:
+    """The scale format of a given scale tensor, told apart as TileKernels does: int32 is packed UE8M0,
+    anything else float32 (in either layout: tkgen reads it row-major)."""
+    return "ue8m0" if sf.dtype == torch.int32 else "fp32"
+
+
+def row_major(sf: torch.Tensor) -> torch.Tensor:
+    return sf.contiguous()
+
+
+def col_major(sf: torch.Tensor) -> torch.Tensor:
+    """`sf` in TileKernels' TMA-aligned column-major layout: a [rows, cols] view of a [cols, rows padded
+    to 16 bytes] buffer."""
+    out = col_major_empty(tuple(sf.shape), 16 // sf.element_size(), sf.dtype, sf.device)
+    return out.copy_(sf)
+
+
+def laid_out(sf: torch.Tensor, use_tma_aligned_col_major_sf: bool) -> torch.Tensor:
+    return col_major(sf) if use_tma_aligned_col_major_sf else sf
+
+
+def into(out, result):
+    """TileKernels' `out=`: the result written into the given tensors, which are returned."""
+    if out is None:
+        return result
+    if isinstance(result, torch.Tensor):
+        return out.copy_(result)
+    for o, r in zip(out, result):
+        o.copy_(r)
+    return out
+
+
+def quant_tensor(name, x):
+    need(isinstance(x, (tuple, list)) and len(x) == 2, name, "without a (tensor, scales) pair")
+    return x[0], x[1]
+
+
+def element_format(name, q: torch.Tensor, special=None) -> str:
+    if special is not None:
+        need(special == "e5m6" and q.dtype == torch.uint8, name, f"with x_special_fmt={special!r}")
+        return "e5m6"
+    need(q.dtype in ELEMENT_OF_DTYPE, name, f"of {q.dtype} codes")
+    return ELEMENT_OF_DTYPE[q.dtype]
+
+
+def out_format(dtype: torch.dtype) -> str:
+    return {torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]

@@ -1,0 +1,29 @@
+"""TileKernels 2.1.0's public API (`tile_kernels`) on tkgen's kernels: `import tkgen.compat.tilekernels as
+tile_kernels`. Same modules (quant, moe, engram, mhc, modeling, rand, transform), names, argument order,
+defaults, return values and in-place behaviour; what tkgen has not built raises NotImplementedError naming
+it (see tkgen/compat/__init__.py)."""
+import sys
+
+from .._missing import module
+from . import moe, quant
+
+RELEASE = "2.1.0"
+
+engram = module(__name__ + ".engram", RELEASE, [
+    "fused_weight", "engram_gate_bwd", "engram_gate_fwd", "grad_w_reduce", "engram_hash",
+    "engram_sinkhorn_finalize", "engram_sinkhorn_momentum_update", "engram_sinkhorn_step",
+    "engram_sinkhorn_step_reduce"])
+mhc = module(__name__ + ".mhc", RELEASE, [
+    "expand_to_mhc_bwd", "expand_to_mhc_fwd", "mhc_head_compute_mix_bwd", "mhc_head_compute_mix_fwd",
+    "mhc_multilayer_recompute", "mhc_fn_normw_merge_bwd", "mhc_fn_normw_merge_fwd",
+    "mhc_reduce_partials_and_rmsnorm_bwd", "mhc_reduce_partials_and_rmsnorm_fwd", "mhc_post_bwd", "mhc_post_fwd",
+    "mhc_pre_apply_mix_bwd", "mhc_pre_apply_mix_fwd", "mhc_pre_big_fuse_fwd", "mhc_pre_split_mixes_bwd",
+    "mhc_pre_split_mixes_fwd", "mhc_sinkhorn_bwd", "mhc_sinkhorn_fwd"])
+modeling = module(__name__ + ".modeling", RELEASE, [])
+modeling.engram = module(__name__ + ".modeling.engram", RELEASE, ["EngramGateFn", "engram_gate"])
+rand = module(__name__ + ".rand", RELEASE, ["randn", "randn_like", "set_seed"])
+transform = module(__name__ + ".transform", RELEASE, ["apply_rotary"])
+for _m in (engram, mhc, modeling, modeling.engram, rand, transform):
+    sys.modules[_m.__name__] = _m          # `from tkgen.compat.tilekernels.rand import randn` works too
+
+__all__ = ["engram", "mhc", "modeling", "moe", "quant", "rand", "transform"]

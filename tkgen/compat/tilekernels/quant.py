@@ -1,0 +1,218 @@
+"""`tile_kernels.quant` of TileKernels 2.1.0, on tkgen's kernels."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .._common import (element_format, input_scale, into, laid_out, missing, need, ops, out_format, quant_tensor,
+                       row_major, scale_format)
+
+
+def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tma_aligned_col_major_sf=False,
+                   round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, stochastic_cast=False, out=None):
+    name = "quant.per_token_cast"
+    need(x_block_size is None and isinstance(x, torch.Tensor), name, "of a quantized input (x_block_size)")
+    need(not stochastic_cast, name, "with stochastic_cast=True")
+    scale = scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf)
+    q, sf = ops().per_token_cast(x, fmt, num_per_channels, scale, "col" if use_tma_aligned_col_major_sf else "row")
+    return into(out, (q, sf))
+
+
+def per_token_cast_with_sf_only(x, fmt: str, num_per_channels: int, use_tma_aligned_col_major_sf=False,
+                                round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, out_sf=None):
+    scale = scale_format("quant.per_token_cast_with_sf_only", round_sf, use_packed_ue8m0, use_e4m3_sf)
+    sf = ops().per_token_cast_with_sf_only(x, fmt, num_per_channels, scale)
+    return into(out_sf, laid_out(sf, use_tma_aligned_col_major_sf))
+
+
+def per_token_cast_with_precomputed_sf(x, fmt: str, num_per_channels: int, sf, use_tma_aligned_col_major_sf=False,
+                                       round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, out=None):
+    name = "quant.per_token_cast_with_precomputed_sf"
+    need(input_scale(sf) == "fp32" and not use_e4m3_sf, name, "with packed UE8M0 or e4m3 scales")
+    return into(out, ops().per_token_cast_with_precomputed_sf(x, row_major(sf), fmt, num_per_channels))
+
+
+def cast_back(x, fmt: str, x_block_size, x_special_fmt: Optional[str] = None):
+    """Dequantize (q, sf) into `fmt` ('bf16' or 'fp32'), one scale per `x_block_size` block."""
+    name = "quant.cast_back"
+    q, sf = quant_tensor(name, x)
+    rows, cols = x_block_size
+    return ops().cast_back(q, row_major(sf), element_format(name, q, x_special_fmt), cols, input_scale(sf), fmt,
+                           block_rows=rows)
+
+
+def per_token_cast_back(x, fmt: str, num_per_channels: int, x_special_fmt: Optional[str] = None):
+    return cast_back(x, fmt, (1, num_per_channels), x_special_fmt=x_special_fmt)
+
+
+def per_token_cast_and_cast_back(x, fmt: str, num_per_channels: int, round_sf=False, use_e4m3_sf=False):
+    """In place: x becomes its own per-token cast, cast back into x's dtype."""
+    scale = scale_format("quant.per_token_cast_and_cast_back", round_sf, False, use_e4m3_sf)
+    x.copy_(ops().per_token_cast_and_cast_back(x, fmt, num_per_channels, scale, out_format(x.dtype)))
+
+
+def per_block_cast(x, fmt: str, block_size, use_tma_aligned_col_major_sf=False, round_sf=False,
+                   use_packed_ue8m0=False, out=None):
+    scale = scale_format("quant.per_block_cast", round_sf, use_packed_ue8m0)
+    q, sf = ops().per_block_cast(x, fmt, *block_size, scale)
+    return into(out, (q, laid_out(sf, use_tma_aligned_col_major_sf)))
+
+
+def per_block_cast_with_sf_only(x, fmt: str, block_size, use_tma_aligned_col_major_sf=False, round_sf=False,
+                                use_packed_ue8m0=False, out_sf=None):
+    scale = scale_format("quant.per_block_cast_with_sf_only", round_sf, use_packed_ue8m0)
+    sf = ops().per_block_cast_with_sf_only(x, fmt, *block_size, scale)
+    return into(out_sf, laid_out(sf, use_tma_aligned_col_major_sf))
+
+
+def per_block_cast_with_precomputed_sf(x, fmt: str, block_size, sf, use_tma_aligned_col_major_sf=False,
+                                       round_sf=False, use_packed_ue8m0=False, out=None):
+    name = "quant.per_block_cast_with_precomputed_sf"
+    need(input_scale(sf) == "fp32", name, "with packed UE8M0 scales")
+    return into(out, ops().per_block_cast_with_precomputed_sf(x, row_major(sf), fmt, *block_size))
+
+
+def per_block_cast_lossless(x, fmt: str, x_block_size, out_block_size, use_tma_aligned_col_major_sf=False,
+                            round_sf=False, use_packed_ue8m0=False):
+    """(q, sf) in FP4 with 1 x n power-of-two scales to e4m3 with one power-of-two scale per output block."""
+    name = "quant.per_block_cast_lossless"
+    q, sf = quant_tensor(name, x)
+    need(fmt == "e4m3" and q.dtype == torch.int8 and x_block_size[0] == 1, name,
+         f"from {q.dtype} codes in {tuple(x_block_size)} blocks to {fmt}")
+    rows, cols = out_block_size
+    return ops().per_block_cast_lossless(q, row_major(sf), rows, cols, x_block_size[1], input_scale(sf),
+                                         "ue8m0" if use_packed_ue8m0 else "fp32",
+                                         "col" if use_tma_aligned_col_major_sf else "row")
+
+
+def per_channel_cast(x, fmt: str, num_per_tokens: int, round_sf=False, num_per_channels=None,
+                     use_packed_ue8m0=False):
+    name = "quant.per_channel_cast"
+    need(isinstance(x, torch.Tensor) and num_per_channels is None, name, "of a quantized input")
+    need(not use_packed_ue8m0, name, "with use_packed_ue8m0=True (TileKernels packs four row groups per word)")
+    return ops().per_channel_cast(x, fmt, num_per_tokens, "pow2" if round_sf else "fp32")
+
+
+def _swiglu_moe(name, x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value,
+                clamped_count):
+    """tkgen's SwiGLU arguments for TileKernels 2.1.0's: gathered per-row weights, the routed scaling factor
+    (with weights only), the clamp; padding given by a psum layout is not built."""
+    need(psum_num_tokens_per_expert is None, name, "with psum_num_tokens_per_expert")
+    assert routed_scaling_factor is None or topk_weights is not None, "routed_scaling_factor requires topk_weights"
+    assert clamped_count is None or clamp_value is not None
+    return dict(weights=topk_weights, routed_scaling_factor=1.0 if routed_scaling_factor is None else routed_scaling_factor,
+                clamp=clamp_value)
+
+
+def _count_clamps(clamped_count, counts, rows, hidden):
+    """TileKernels adds [#(a > c), #(b > c), #(b < -c), elements seen] into its int64[4] counter."""
+    if clamped_count is not None:
+        clamped_count[:3] += counts
+        clamped_count[3] += rows * hidden
+
+
+def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, psum_num_tokens_per_expert=None,
+                                      topk_weights=None, routed_scaling_factor=None,
+                                      use_tma_aligned_col_major_sf=False, round_sf=False, use_packed_ue8m0=False,
+                                      clamp_value=None, clamped_count=None):
+    name = "quant.swiglu_forward_and_per_token_cast"
+    moe = _swiglu_moe(name, x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value,
+                      clamped_count)
+    q, sf, counts = ops().swiglu_forward_and_per_token_cast(
+        x, fmt=fmt, group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0), **moe)
+    _count_clamps(clamped_count, counts, x.shape[0], x.shape[-1] // 2)
+    return q, laid_out(sf, use_tma_aligned_col_major_sf)
+
+
+def swiglu_forward(x, fmt: str, psum_num_tokens_per_expert=None, topk_weights=None, routed_scaling_factor=None,
+                   clamp_value=None, clamped_count=None):
+    assert fmt in ("fp32", "bf16"), "swiglu_forward only supports fp32 or bf16 output"
+    moe = _swiglu_moe("quant.swiglu_forward", x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor,
+                      clamp_value, clamped_count)
+    out, counts = ops().swiglu_forward(x, fmt=fmt, **moe)
+    _count_clamps(clamped_count, counts, x.shape[0], x.shape[-1] // 2)
+    return out
+
+
+def _backward_result(x_grad, cast, weight_grad, act_out, weighted, recompute):
+    """TileKernels' order: x_grad, then (x_grad_fp8, x_grad_sf) when cast, weight_grad with weights,
+    act_out when recomputed."""
+    result = [x_grad]
+    if cast is not None:
+        result.append(cast)
+    if weighted:
+        result.append(weight_grad)
+    if recompute:
+        result.append(act_out)
+    return tuple(result)
+
+
+def swiglu_backward_and_per_token_cast(x, act_x_grad, fmt: str, num_per_channels: int,
+                                       psum_num_tokens_per_expert=None, topk_weights=None, routed_scaling_factor=None,
+                                       use_tma_aligned_col_major_sf=False, round_sf=False, use_packed_ue8m0=False,
+                                       clamp_value=None, do_recompute=False):
+    name = "quant.swiglu_backward_and_per_token_cast"
+    q, sf = quant_tensor(name, x)
+    need(fmt == "e4m3", name, f"into {fmt}")
+    moe = _swiglu_moe(name, q, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, None)
+    x_grad, fp8, fp8_sf, weight_grad, act_out = ops().swiglu_backward_and_per_token_cast(
+        q, sf, act_x_grad, num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0),
+        sf_layout="col" if use_tma_aligned_col_major_sf else "row", recompute=do_recompute, **moe)
+    return _backward_result(x_grad, (fp8, fp8_sf), weight_grad, act_out, topk_weights is not None, do_recompute)
+
+
+def swiglu_backward(x, act_x_grad, fmt: str, psum_num_tokens_per_expert=None, topk_weights=None,
+                    routed_scaling_factor=None, clamp_value=None, do_recompute=False):
+    name = "quant.swiglu_backward"
+    assert fmt in ("bf16", "fp32")
+    assert x.dtype in (torch.float32, torch.bfloat16) and x.dtype == act_x_grad.dtype
+    need(out_format(x.dtype) == fmt, name, f"with x_grad in {fmt} from {x.dtype} inputs")
+    need(not do_recompute, name, "with do_recompute=True")
+    moe = _swiglu_moe(name, x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, None)
+    x_grad, weight_grad, _ = ops().swiglu_backward(x, act_x_grad, **moe)
+    return _backward_result(x_grad, None, weight_grad, None, topk_weights is not None, False)
+
+
+def norm_forward(x, weight, eps: float, residual=None, out_scale: float = 1.0, out=None, residual_out=None,
+                 with_rstd=False):
+    """(out, rstd or None, norm_input): norm_input is x, or the residual sum x + residual."""
+    y, rstd, res = ops().rmsnorm_forward(x, weight, residual, eps, out_scale)
+    norm_input = x if residual is None else into(residual_out, res)
+    return into(out, y), (rstd if with_rstd else None), norm_input
+
+
+def norm_forward_and_per_token_cast(x, weight, eps: float, fmt: str, num_per_channels: int, residual=None,
+                                    out_scale: float = 1.0, use_tma_aligned_col_major_sf=False, round_sf=False,
+                                    use_packed_ue8m0=False, with_out_bf16=False, out=None, out_bf16=None,
+                                    residual_out=None, mega_moe_sf=None, mega_moe_block_m: int = 0, with_rstd=False):
+    """((q, sf), out_bf16 or None, rstd or None, norm_input)."""
+    name = "quant.norm_forward_and_per_token_cast"
+    need(not with_out_bf16 and out_bf16 is None, name, "with with_out_bf16=True")
+    need(mega_moe_sf is None and not mega_moe_block_m, name, "with mega_moe_sf")
+    scale = scale_format(name, round_sf, use_packed_ue8m0)
+    q, sf, rstd, res = ops().rmsnorm_forward_and_per_token_cast(x, weight, residual, eps, out_scale, fmt,
+                                                                num_per_channels, scale)
+    norm_input = x if residual is None else into(residual_out, res)
+    return into(out, (q, laid_out(sf, use_tma_aligned_col_major_sf))), None, (rstd if with_rstd else None), norm_input
+
+
+def norm_backward(out_grad, x, weight, rstd, residual_out_grad=None, out_scale: float = 1.0, weight_grad=None):
+    """(x_grad, weight_grad or None); a given `weight_grad` is accumulated into."""
+    x_grad, _, wg = ops().rmsnorm_backward(out_grad, x, rstd, weight, residual_out_grad, out_scale)
+    if weight is None:
+        return x_grad, None
+    wg = wg.to(weight.dtype) if weight_grad is None else weight_grad.add_(wg.to(weight_grad.dtype))
+    return x_grad, wg
+
+
+unpack_from_e2m1fn_x2 = missing("quant.unpack_from_e2m1fn_x2", "2.1.0")
+cast = missing("quant.cast", "2.1.0")
+batched_transpose_weight_sf = missing("quant.batched_transpose_weight_sf", "2.1.0")
+
+__all__ = ["per_channel_cast", "unpack_from_e2m1fn_x2", "per_token_cast", "per_token_cast_with_precomputed_sf",
+           "per_token_cast_with_sf_only", "per_block_cast", "per_block_cast_with_precomputed_sf",
+           "per_block_cast_with_sf_only", "cast_back", "per_token_cast_back", "cast", "per_token_cast_and_cast_back",
+           "swiglu_backward_and_per_token_cast", "swiglu_backward", "swiglu_forward_and_per_token_cast",
+           "swiglu_forward", "per_block_cast_lossless", "batched_transpose_weight_sf",
+           "norm_forward_and_per_token_cast", "norm_forward", "norm_backward"]
