@@ -114,7 +114,8 @@ def plan_tiles(module: kir.Module, spec, program, arch, sched):
         if ax.packets:
             base, n = ax.packets
             t = dict(tiles)[base]
-            tiles.append((name, kir.Tile(P.ceildiv(E.Name(f"B_{base}"), E.Num(n)), t.split)))
+            # a padded axis pads its packets too: the packets past the last real one must not be stored
+            tiles.append((name, kir.Tile(P.ceildiv(E.Name(f"B_{base}"), E.Num(n)), t.split, t.padded)))
     return tiles, knobs, checks
 
 

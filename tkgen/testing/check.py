@@ -19,18 +19,37 @@ _LOWERED = set()
 COUNTS_START = 1000     # integer accumulators (counts) start here in tests: a kernel must add, not overwrite
 
 
+MARGIN = 256             # canary bytes before and after each output in tests (a multiple of 16: alignment)
+
+
 def poisoned(op, tensors, params, byte=0xFF):
     """Outputs filled with all-ones bytes: NaN for floats, -1 for integers, never a value a kernel writes
     from valid inputs, so an element left unwritten cannot pass. (Where the reference itself gives NaN, a
     NaN meets any NaN, so run_case runs again with zero bytes.) Accumulated float outputs (sums) start at
-    zero, integer ones (counts) at COUNTS_START (`accumulated_from` takes it off again)."""
-    outs = allocate(op, tensors, params)
-    for info, o in zip(op.outputs, outs):
-        if not info.accumulate:
-            o.untyped_storage().fill_(byte)       # the whole buffer, padding of strided layouts included
-        elif not o.dtype.is_floating_point:
-            o.fill_(COUNTS_START)
-    return outs
+    zero, integer ones (counts) at COUNTS_START (`accumulated_from` takes it off again).
+
+    Each output lies MARGIN bytes into a larger poisoned buffer: `written_outside` finds a kernel's stores
+    past either end of a tensor (a tile's padding, a packet past the last), which the tensor alone hides."""
+    outs = []
+    for info, o in zip(op.outputs, allocate(op, tensors, params)):
+        nbytes = o.untyped_storage().nbytes()
+        arena = torch.full((nbytes + 2 * MARGIN,), byte, dtype=torch.uint8, device=o.device)
+        o = arena[MARGIN:MARGIN + nbytes].view(o.dtype).as_strided(o.shape, o.stride())
+        o._tkgen_arena = (arena, byte)
+        if info.accumulate:
+            o.fill_(0 if o.dtype.is_floating_point else COUNTS_START)
+        outs.append(o)
+    return tuple(outs)
+
+
+def written_outside(outs):
+    """Names of the canary margins (`poisoned`) that no longer hold their poison byte."""
+    bad = []
+    for k, o in enumerate(outs):
+        arena, byte = getattr(o, "_tkgen_arena", (None, None))
+        if arena is not None and (bool((arena[:MARGIN] != byte).any()) or bool((arena[-MARGIN:] != byte).any())):
+            bad.append(k)
+    return bad
 
 
 def accumulated_from(info, got):
@@ -52,6 +71,10 @@ def written_rows(op, pkg, tensors, params):
 def compare_outputs(op, pkg, tensors, params, outs, refs, before, replay=None):
     """Every output as it declares; with keep_rows, the rows a kernel must leave untouched still hold what
     the buffer held `before` the run, byte for byte, and the other rows are compared as declared."""
+    outside = written_outside(outs)
+    if outside:
+        raise AssertionError(f"{op.name}: the kernel wrote outside output(s) "
+                             f"{', '.join(op.outputs[k].name for k in outside)} (the canary bytes around them changed)")
     rows = written_rows(op, pkg, tensors, params)
     for i, (o, got, want) in enumerate(zip(op.outputs, outs, refs)):
         exact = "bit" if isinstance(o.exact, dict) and "given" in o.exact else o.exact

@@ -2986,7 +2986,7 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
                 x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -3076,7 +3076,7 @@ def build_ue8m0_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act
                 x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -3175,7 +3175,7 @@ def build_ue8m0_row_false_with_weights(H, group, routed_scaling_factor, clamp, a
                 x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -3285,7 +3285,7 @@ def build_ue8m0_row_false_with_weights_with_clamp(H, group, routed_scaling_facto
                 x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -3381,7 +3381,7 @@ def build_ue8m0_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                 x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -3477,7 +3477,7 @@ def build_ue8m0_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -3580,7 +3580,7 @@ def build_ue8m0_row_true_with_weights(H, group, routed_scaling_factor, clamp, ac
                 x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -3694,7 +3694,7 @@ def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor
                 x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -3790,7 +3790,7 @@ def build_ue8m0_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
                 x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -3880,7 +3880,7 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
                 x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -3979,7 +3979,7 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
                 x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -4089,7 +4089,7 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
                 x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -4185,7 +4185,7 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                 x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -4281,7 +4281,7 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -4384,7 +4384,7 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
                 x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -4498,7 +4498,7 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
                 x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")

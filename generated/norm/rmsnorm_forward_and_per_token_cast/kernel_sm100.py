@@ -560,7 +560,7 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=
                 sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -631,7 +631,7 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
                 sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -699,7 +699,7 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1
                 sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -774,7 +774,7 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
                 sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0)) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")

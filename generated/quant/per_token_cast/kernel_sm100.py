@@ -714,7 +714,7 @@ def build_e2m1_fp32_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(2)) < N_c)):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
@@ -762,7 +762,7 @@ def build_e2m1_fp32_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(2)) < N_c)):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
@@ -810,7 +810,7 @@ def build_e2m1_pow2_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(2)) < N_c)):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
@@ -858,7 +858,7 @@ def build_e2m1_pow2_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(2)) < N_c)):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
@@ -914,7 +914,7 @@ def build_e2m1_ue8m0_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(2)) < N_c)):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
@@ -970,7 +970,7 @@ def build_e2m1_ue8m0_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(2)) < N_c)):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
@@ -1018,7 +1018,7 @@ def build_e2m1_ue8m0_byte_row(H, group, x_dtype, *, threads=128, block_t=4, tile
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(2)) < N_c)):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
@@ -1066,7 +1066,7 @@ def build_e2m1_ue8m0_byte_col(H, group, x_dtype, *, threads=128, block_t=4, tile
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(2)) < N_c)):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0)) | (T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0)) << T.uint32(4))), "uint8")
 
     return kernel
@@ -1114,7 +1114,7 @@ def build_e5m6_fp32_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
                     q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
                     q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
                     q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
@@ -1164,7 +1164,7 @@ def build_e5m6_fp32_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
                     q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
                     q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
                     q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
@@ -1214,7 +1214,7 @@ def build_e5m6_pow2_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
                     q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
                     q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
                     q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
@@ -1264,7 +1264,7 @@ def build_e5m6_pow2_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
                     q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
                     q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
                     q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
@@ -1322,7 +1322,7 @@ def build_e5m6_ue8m0_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
                     q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
                     q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
                     q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
@@ -1380,7 +1380,7 @@ def build_e5m6_ue8m0_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
                     q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
                     q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
                     q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
@@ -1430,7 +1430,7 @@ def build_e5m6_ue8m0_byte_row(H, group, x_dtype, *, threads=128, block_t=4, tile
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
                     q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
                     q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
                     q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
@@ -1480,7 +1480,7 @@ def build_e5m6_ue8m0_byte_col(H, group, x_dtype, *, threads=128, block_t=4, tile
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
                     q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((T.if_then_else(((i_c_p * T.int32(8)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0)) << T.uint32(8))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) >> T.uint32(4))), "int32")
                     q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0)) & T.uint32(15)) << T.uint32(28)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0)) << T.uint32(16))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0)) << T.uint32(4))) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) >> T.uint32(8))), "int32")
                     q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0)) & T.uint32(255)) << T.uint32(24)) | (T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0)) << T.uint32(12))) | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c), q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")

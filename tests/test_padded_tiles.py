@@ -1,0 +1,91 @@
+"""The CUDA profiles pad whole reduced axes to a power of two (warp reductions want one); the CPU profile
+does not. So that the padded schedules (guards of loads and stores, neutral values in the padding of a
+reduction) run where tests run, each op is also generated for the CPU profile with `pad_reduced: true` and
+checked against its reference, outputs inside poisoned canary margins (`tkgen.testing.check.poisoned`).
+A store of a padding element that lands on a real element of its own tensor is a race on a GPU but an
+overwrite in order on the CPU, so the scheduled IR is also checked: every store over a padded axis (or
+the packets of one) is guarded on it."""
+import dataclasses
+import importlib
+import sys
+import types
+
+import pytest
+from hypothesis import given, settings
+
+from tkgen import generate, registry
+from tkgen.model import load_catalog
+from tkgen.testing import check as C
+
+from conftest import op_names
+
+ARCH = "cpu_padded"
+
+
+def _padded_module(name, tmp_path_factory):
+    """The op's CPU kernel module regenerated with padded reduced axes, importable as kernel_cpu_padded."""
+    pkg = registry.op_package(name)
+    module_name = f"{pkg.__name__}.kernel_{ARCH}"
+    if module_name in sys.modules:
+        return
+    catalog = load_catalog(registry.specs_dir())
+    arch = dataclasses.replace(catalog.archs["cpu"], pad_reduced=True)
+    source, _ = generate.kernel_module(catalog, catalog.op(name), arch, "# padded tiles: a test of tests/")
+    path = tmp_path_factory.mktemp(name) / f"kernel_{ARCH}.py"
+    path.write_text(source)
+    module = types.ModuleType(module_name)
+    module.__file__, module.__package__ = str(path), pkg.__name__
+    exec(compile(source, str(path), "exec"), module.__dict__)
+    sys.modules[module_name] = module
+    importlib.invalidate_caches()
+
+
+def _padded_ops():
+    catalog = load_catalog(registry.specs_dir())
+    out = []
+    for name in op_names():
+        spec = catalog.op(name)
+        program_axes = set()
+        for variant, program, _ in generate.naive_modules(catalog, spec):
+            program_axes |= set(program.whole_axes)
+        if program_axes:
+            out.append(name)
+    return out
+
+
+@pytest.mark.parametrize("name", _padded_ops())
+def test_padded_reduced_axes_store_nothing_outside(name, tmp_path_factory):
+    _padded_module(name, tmp_path_factory)
+
+    @settings(max_examples=3, deadline=None)
+    @given(importlib.import_module(registry.op_package(name).__name__ + ".strategies").cases())
+    def prop(case):
+        C.run_case(name, case, "cpu", arch=ARCH)
+    prop()
+
+
+def _guarded_axes(e):
+    from tkgen import ir
+    return {n.axis for n in ir.walk(e) if isinstance(n, ir.Index)} if e is not None else set()
+
+
+@pytest.mark.parametrize("name", _padded_ops())
+def test_stores_over_padded_axes_are_guarded(name):
+    """Packets of a padded axis are padded too (a packet past the last real one holds only padding), and
+    each store over a padded tile axis has a guard that names it."""
+    from tkgen import kir
+    from tkgen import schedule as S
+    catalog = load_catalog(registry.specs_dir())
+    spec = catalog.op(name)
+    for arch_name in ("sm90", "sm100"):
+        arch = catalog.archs[arch_name]
+        for variant, program, module in generate.naive_modules(catalog, spec):
+            scheduled = S.apply(module, spec.resolved(variant), program, catalog, arch, S.resolve(spec, arch))
+            tiles = dict(scheduled.kernels[0].tiles)
+            for axis, ax in scheduled.axes.items():
+                if ax.packets and tiles[ax.packets[0]].padded:
+                    assert tiles[axis].padded, (arch_name, variant, axis)
+            for st in kir.statements(scheduled.kernels[0].body):
+                if isinstance(st, kir.Store):
+                    missing = {a for a in st.axes if tiles.get(a) and tiles[a].padded} - _guarded_axes(st.guard)
+                    assert not missing, (arch_name, variant, st.tensor, missing)
