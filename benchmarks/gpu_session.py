@@ -23,7 +23,7 @@ EXAMPLES = int(os.environ.get("TKGEN_GPU_EXAMPLES", "12"))
 WORKERS = int(os.environ.get("TKGEN_GPU_WORKERS", "14"))
 DEVICE = os.environ.get("TKGEN_GPU_DEVICE", "cuda")       # cpu: a dry run of the script on a CPU machine
 ARCH = "sm90" if DEVICE == "cuda" else "cpu"
-PHASES = os.environ.get("TKGEN_GPU_PHASES", "anchors,saturation,eager,props,tune,bench").split(",")
+PHASES = os.environ.get("TKGEN_GPU_PHASES", "anchors,saturation,determinism,eager,props,tune,bench").split(",")
 # Which ops the props, tune and bench phases cover (default: every generated op), and bench's competitors.
 OPS = [o for o in os.environ.get("TKGEN_GPU_OPS", "").split(",") if o]
 AGAINST = os.environ.get("TKGEN_GPU_AGAINST", "torch,compile,tilekernels")
@@ -208,6 +208,41 @@ def eager():
     worst = max((r for r in rows if r["impl"] == "tkgen" and "eager_us" in r), key=lambda r: r["eager_us"])
     summary.append(("eager", "host cost", f"worst tkgen op {worst['op']} {worst['eager_us']:.1f} µs per call "
                                           f"({worst['ratio']:.1f} x torch.add)"))
+
+
+def determinism():
+    """Ops whose schedule here is persistent (sums over the rows added per block, then in block order):
+    each workload run RUNS times on the same inputs, every output compared bit for bit with the first run,
+    and the first run against the reference as the spec declares."""
+    from tkgen import schedule as S
+    from tkgen.bench import workload_inputs
+    from tkgen.model import load_catalog
+    cat = load_catalog(registry.specs_dir())
+    arch = cat.archs[ARCH]
+    for op in ops():
+        spec = cat.op(op)
+        if not S.resolve(spec, arch).get("persistent"):
+            continue
+        pkg = registry.op_package(op)
+        for wl in spec.workloads:
+            sets, params = workload_inputs(pkg, wl, torch.device(DEVICE), 1)
+            first = [o.clone() for o in C.check_tensors(op, sets[0], dict(params))[0]]
+            same = 0
+            for _ in range(RUNS):
+                outs = getattr(pkg, op)(**sets[0], **params)
+                outs = outs if isinstance(outs, tuple) else (outs,)
+                same += all(torch.equal(_bits(a), _bits(b)) for a, b in zip(first, outs))
+            msg = f"{wl['name']}: matches the reference; {same}/{RUNS} runs bit-identical to the first"
+            log(f"determinism {op} {msg}")
+            summary.append(("determinism", op, msg))
+
+
+RUNS = 5
+
+
+def _bits(t):
+    """A tensor's bits as integers of its element size (NaN payloads and signed zeros included)."""
+    return t.contiguous().view(-1).view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.dtype.itemsize])
 
 
 def tune():

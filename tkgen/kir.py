@@ -126,7 +126,8 @@ class Fill:
 @dataclass(frozen=True)
 class Loop:
     """for var in range(extent): body. `kind`: serial, unroll (only while the extent is at most `limit`,
-    when one is given), or pipelined (with `stages`)."""
+    when one is given), or pipelined (with `stages`). `binds`: (name, value) bound at the top of each
+    iteration (a persistent block's tile index)."""
 
     var: str
     extent: ir.Expr
@@ -134,6 +135,7 @@ class Loop:
     kind: str = "serial"
     stages: int = 0
     limit: int = 0
+    binds: Tuple[Tuple[str, ir.Expr], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -248,7 +250,7 @@ def exprs(st):
     if isinstance(st, Store):
         return st.indices + (st.value,) + ((st.guard,) if st.guard is not None else ())
     if isinstance(st, Loop):
-        return (st.extent,)
+        return (st.extent,) + tuple(e for _, e in st.binds)
     return ()
 
 
@@ -262,7 +264,8 @@ def map_exprs(body, fn):
             st = dataclasses.replace(st, indices=tuple(fn(e) for e in st.indices), value=fn(st.value),
                                      guard=None if st.guard is None else fn(st.guard))
         elif isinstance(st, Loop):
-            st = dataclasses.replace(st, extent=fn(st.extent), body=tuple(map_exprs(st.body, fn)))
+            st = dataclasses.replace(st, extent=fn(st.extent), body=tuple(map_exprs(st.body, fn)),
+                                     binds=tuple((n, fn(e)) for n, e in st.binds))
         elif isinstance(st, Nest):
             st = dataclasses.replace(st, body=tuple(map_exprs(st.body, fn)))
         out.append(st)

@@ -137,6 +137,7 @@ class Arch:
     pad_reduced: bool = False
     max_skips_nan: bool = True             # whether the target's float max reductions skip NaN (fmaxf)
     native_casts_saturate: bool = False    # whether native casts to saturating formats saturate (satfinite)
+    persistent_blocks: int = 1             # blocks of a persistent grid (a few per multiprocessor)
 
 
 @dataclass
@@ -370,7 +371,7 @@ def build_arch(doc: Document) -> Arch:
                 d.get("vector_bytes", 16), d.get("tile_elems", 4096), tuple(d["native_formats"]),
                 dict(d.get("pass_configs", {})), tuple(d.get("compile_flags", [])), dict(d.get("tuned", {})),
                 doc.path, d.get("pad_reduced", False), d.get("max_skips_nan", True),
-                d.get("native_casts_saturate", False))
+                d.get("native_casts_saturate", False), d.get("persistent_blocks", 1))
 
 
 def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpec:

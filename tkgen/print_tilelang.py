@@ -224,6 +224,7 @@ class KernelPrinter:
             else:
                 head = f"T.{st.kind}({ext})"
             lines = [f"{ind}for {st.var} in {head}:"]
+            lines += [f"{ind}    {name} = {self.expr(e)}" for name, e in st.binds]
             for sub in st.body:
                 lines += self.statement(sub, ind + "    ")
             return lines
@@ -261,7 +262,8 @@ class KernelPrinter:
         self.k = _Kernel(kernel, self.m.axes)
         self.buffers = kir.buffers(kernel.body)
         exts, ids, block_ids = self.grid(kernel)
-        lines = [f"{ind}with T.Kernel({', '.join(exts)}, threads=threads) as ({', '.join(ids)},):"]
+        threads = self.expr(kernel.threads) if kernel.threads is not None else "threads"
+        lines = [f"{ind}with T.Kernel({', '.join(exts)}, threads={threads}) as ({', '.join(ids)},):"]
         inner = ind + "    "
         lines += [inner + b for b in block_ids]
         lines += [inner + self.alloc(b) for b in self.buffers.values()]

@@ -57,12 +57,16 @@ GENERATED_NAMES = frozenset({
     "draw", "max_rows", "recipe", "inputs", "shapes", "variant", "outs", "res", "grads", "ctx",
     "TARGET", "PASS_CONFIGS", "COMPILE_FLAGS", "VARIANTS", "WRITTEN_ROWS", "REQUIRES", "EXAMPLES", "ARCHS",
     "FUNCTIONAL", "pid", "threads", "tile_elems", "order_key", "arch_for_capability",
+    "blocks", "bid", "tile", "part",
 })
 # dims may be called T: the kernel lowering renames it T_ (tkgen/pyexpr.py: sym)
 RENAMED_DIMS = frozenset({"T"})
 # local names of kernel factories: <prefix>_<axis> and <prefix>_<input>
 AXIS_PREFIXES = ("N", "B", "b", "i", "block")
 INPUT_PREFIXES = ("STORAGE", "LOAD")
+# what a persistent schedule adds per row sum: the tensor scratch_<output> of per-block partial sums, the
+# buffer carry_<output> that accumulates them, and the axis blocksum_<output> of the kernel adding them
+SCHEDULE_PREFIXES = ("scratch_", "carry_", "blocksum_")
 
 
 def name_problem(name, kind: str = "name") -> Optional[str]:
@@ -88,6 +92,8 @@ def lowering_name_problem(name, axes: Iterable[str], inputs: Iterable[str]) -> O
         for a in axes:
             if name == f"{prefix}_{a}":
                 return f"{name!r} is the name kernels give to axis {a!r} ({prefix}_<axis>)"
+    if name.startswith(SCHEDULE_PREFIXES):
+        return f"{name!r} starts like the names a schedule adds ({', '.join(p + '<output>' for p in SCHEDULE_PREFIXES)})"
     for prefix in INPUT_PREFIXES:
         for t in inputs:
             if name == f"{prefix}_{t}":

@@ -14,7 +14,9 @@ tune`. The rewrites, in the order `apply` runs them:
 4. `stage_transposed_stores`: a store whose innermost storage dim is not the tile's innermost axis goes
    through shared memory, so that consecutive threads write consecutive addresses;
 5. `inline_stored`: a computed value that is only stored is computed where it is stored;
-6. `fuse`: consecutive elementwise statements over the same axes share one loop (loads keep their own,
+6. `go_persistent` (tkgen/persistent.py), where the schedule says `persistent: true`: a fixed number of
+   blocks loop over the row tiles, and sums over the rows are added per block, then in block order;
+7. `fuse`: consecutive elementwise statements over the same axes share one loop (loads keep their own,
    which TileLang then vectorizes to 16 bytes).
 """
 from __future__ import annotations
@@ -27,6 +29,7 @@ from . import ir, kir
 from . import pyexpr as P
 from .ir import F32, op
 from .lower import neutral
+from .persistent import BLOCKS, go_persistent
 from .signature import storage
 
 KNOB_BLOCK = "block_{}"
@@ -364,9 +367,12 @@ def apply(module: kir.Module, spec, program, catalog, arch, sched) -> kir.Module
         body = mask_nan_reductions(body)
     body = stage_transposed_stores(body, module)
     body = inline_stored(body, module.keep)
-    body = fuse(body)
     kernel = dataclasses.replace(kernel, body=tuple(body), tiles=tuple(tiles))
-    return module.replace(kernels=(kernel,), knobs=tuple(knobs), checks=module.checks + tuple(checks))
+    module = module.replace(kernels=(kernel,), knobs=tuple(knobs), checks=module.checks + tuple(checks))
+    if sched.get("persistent"):
+        module = go_persistent(module, kernel, dyn)
+        module = module.replace(knobs=module.knobs + ((BLOCKS, sched.get("blocks", arch.persistent_blocks)),))
+    return module.replace(kernels=tuple(dataclasses.replace(k, body=tuple(fuse(k.body))) for k in module.kernels))
 
 
 def bank_pad_elems(catalog, arch, elem) -> int:

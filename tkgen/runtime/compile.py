@@ -20,6 +20,18 @@ def storages_of(prim_func):
     return tuple(str(prim_func.buffer_map[p].dtype) for p in prim_func.params if p in prim_func.buffer_map)
 
 
+def scratch_of(prim_func):
+    """(shape, storage dtype) of each scratch parameter, in order: the parameters after the outputs that a
+    schedule adds (per-block partial sums, `scratch_<output>`), of static shapes, which the caller
+    allocates per launch and the kernels overwrite before they read them."""
+    out = []
+    for p in prim_func.params:
+        buf = prim_func.buffer_map.get(p)
+        if buf is not None and str(buf.name).startswith("scratch_"):
+            out.append((tuple(int(d) for d in buf.shape), str(buf.dtype)))
+    return tuple(out)
+
+
 # The calling convention of generated kernel factories, in one place (the kernel IR may change it):
 # `build_<variant>(static dims, static params, input dtypes, *, knobs)` returns a TileLang PrimFunc.
 

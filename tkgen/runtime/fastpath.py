@@ -19,6 +19,7 @@ from typing import Dict, Optional
 import torch
 
 from . import ops as R
+from .compile import scratch_of
 from .launch import launcher
 from .layouts import col_major_empty, col_major_storage
 
@@ -154,6 +155,7 @@ class Specialization:
         kernel, storages = R.kernel_for(op, arch or R.arch_for(self.device),
                                         *R.specialization(op, tensors, params, dims), schedule)
         self.launch = launcher(kernel, self.device)
+        self.scratch = tuple((shape, R.TORCH_DTYPES[dt]) for shape, dt in scratch_of(kernel.prim_func))
         # the dtype each buffer is viewed as, None where the launch takes it as it is
         views = [R.TORCH_DTYPES[s] for s in storages]
         given = [tensors[op.inputs[j].name].dtype for j in present] + \
@@ -225,7 +227,8 @@ class Specialization:
         """What the kernel takes: the inputs (given in `op.inputs` order, None where absent) and the
         outputs it writes, as the buffers it declares, viewed as its storage dtypes."""
         bufs = [_viewed(tensors[j].reshape(-1) if flat else tensors[j], v) for j, flat, v in self.inputs]
-        return bufs + [_viewed(self.outputs[k].buffer(outs[k]), v) for k, v in self.written]
+        bufs += [_viewed(self.outputs[k].buffer(outs[k]), v) for k, v in self.written]
+        return bufs + [torch.empty(shape, dtype=dt, device=self.device) for shape, dt in self.scratch]
 
     def run(self, tensors, outs):
         if self.cuda_index is not None and torch._C._cuda_getDevice() != self.cuda_index:
