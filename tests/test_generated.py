@@ -90,3 +90,21 @@ def test_reference_factories_name_their_device():
            if "device" not in m.group(2) and not m.group(2).startswith(("()", "value", "x,"))
            and "dtype=storage" not in m.group(2)]
     assert len(files) > 10 and not bad, bad
+
+
+def test_a_new_profile_adds_its_kernels_and_rewrites_no_op_file(tmp_path):
+    """An op's files hash only their own inputs: adding an arch profile writes its kernel modules and the
+    shared files (archs.py lists it), and leaves every other file of every op as it was."""
+    specs = tmp_path / "specs"
+    shutil.copytree(registry.specs_dir(), specs)
+    before = render_all(load_catalog(specs))
+    text = (specs / "archs" / "sm90.yaml").read_text()
+    (specs / "archs" / "sm91.yaml").write_text(text.replace("arch: sm90", "arch: sm91", 1)
+                                              .replace("capability: [9, 0]", "capability: [9, 1]", 1))
+    after = render_all(load_catalog(specs))
+    added = set(after) - set(before)
+    assert added and all(p.name == "kernel_sm91.py" for p in added), sorted(map(str, added))[:5]
+    changed = {p for p in before if after[p] != before[p]}
+    assert all(len(p.parts) == 1 or p.parts[0] == "common" or p.name == "__init__.py" and len(p.parts) == 2
+               for p in changed), sorted(map(str, changed))[:5]
+    assert not any(p.name.startswith(("kernel_", "op.", "reference.", "strategies.")) for p in changed)

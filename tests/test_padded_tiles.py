@@ -77,7 +77,7 @@ def test_stores_over_padded_axes_are_guarded(name):
     from tkgen import schedule as S
     catalog = load_catalog(registry.specs_dir())
     spec = catalog.op(name)
-    for arch_name in ("sm90", "sm100"):
+    for arch_name in C.cuda_archs():
         arch = catalog.archs[arch_name]
         for variant, program, module in generate.naive_modules(catalog, spec):
             scheduled = S.apply(module, spec.resolved(variant), program, catalog, arch, S.resolve(spec, arch))

@@ -229,10 +229,19 @@ def specialization(op, case):
     return variant_of(op, case["params"], case["inputs"]), statics, dtypes
 
 
-def lower_cuda(op_name: str, case: dict, archs=("sm90", "sm100")):
-    """Lower the case's specialization for each CUDA profile to device source (cached per specialization)."""
+def cuda_archs():
+    """The CUDA profiles that kernels were generated for."""
+    registry.use_generated()
+    from tkgen_generated.archs import ARCHS
+    return tuple(sorted(n for n, a in ARCHS.items() if a["backend"] == "cuda"))
+
+
+def lower_cuda(op_name: str, case: dict, archs=None):
+    """Lower the case's specialization for each CUDA profile (default: all of them) to device source
+    (cached per specialization)."""
     from ..runtime.compile import factory, lower_source
 
+    archs = cuda_archs() if archs is None else archs
     pkg = registry.op_package(op_name)
     variant, statics, dtypes = specialization(pkg.OP, case)
     sources = {}
