@@ -18,7 +18,7 @@ import tkgen.registry as registry
 registry.use_generated()
 import tilelang
 from tkgen.bench import time_fn, copy_bandwidth, workload_inputs
-from tkgen.runtime.ops import prepare
+from tkgen.runtime.fastpath import prepare
 
 dev = torch.device("cuda")
 rows = []

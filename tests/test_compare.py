@@ -59,7 +59,7 @@ def test_max_type_reductions_skip_nan_in_kernel_and_reference():
     1e-4 floor where all are NaN) in the CPU kernel and in the reference, and the NaN element gets the NaN
     code (docs/numerics.md, max-type reductions)."""
     from tkgen import registry
-    from tkgen.runtime.ops import run
+    from tkgen.runtime.fastpath import run
     from tkgen.testing.check import reference_outputs
     pkg = registry.op_package("per_token_cast")
     x = torch.randn(3, 128, generator=torch.Generator().manual_seed(2))
@@ -77,7 +77,7 @@ def test_max_type_reductions_skip_nan_in_kernel_and_reference():
 def test_rows_left_untouched_must_still_hold_the_poison_and_counts_must_be_added():
     """keep_rows: a kernel that writes a padding row, or overwrites a count instead of adding to it, fails."""
     from tkgen import registry
-    from tkgen.runtime.ops import run
+    from tkgen.runtime.fastpath import run
     from tkgen.testing.check import compare_outputs, poisoned, reference_outputs
 
     pkg = registry.op_package("swiglu_forward")

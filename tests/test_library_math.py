@@ -7,7 +7,7 @@ import torch
 
 from tkgen import registry
 from tkgen.runtime import libm
-from tkgen.runtime.ops import run
+from tkgen.runtime.fastpath import run
 from tkgen.testing.check import compare, reference_outputs
 
 

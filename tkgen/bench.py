@@ -29,7 +29,8 @@ import torch
 
 from . import registry
 from .cost import op_count
-from .runtime.ops import check, prepare, variant_of
+from .runtime.fastpath import prepare
+from .runtime.ops import check, variant_of
 from .testing.inputs import materialize
 
 L2_BYTES = 64 << 20

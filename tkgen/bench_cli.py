@@ -67,7 +67,7 @@ def _try_candidate(pkg, case, arch, cand, device, reps):
     """Time of `cand` on one workload (µs), after checking its outputs against the reference as the
     property tests do (poisoned outputs, kept rows, outputs checked given others, strided layouts)."""
     from .bench import time_fn
-    from .runtime.ops import prepare
+    from .runtime.fastpath import prepare
     from .testing.check import check_tensors
 
     check_tensors(pkg.OP.name, case["sets"][0], dict(case["params"]), arch=arch, schedule=cand)

@@ -52,7 +52,7 @@ BUILTINS = frozenset(n for n in dir(builtins) if not n.startswith("_"))
 GENERATED_NAMES = frozenset({
     "T", "T_", "tilelang", "tilelang_", "torch", "torch_", "kernel", "kernel_", "tkgen", "tkgen_generated",
     "hypothesis", "st", "typing", "Optional",
-    "OP", "OpInfo", "InputInfo", "OutputInfo", "ParamInfo", "allocate", "check", "run", "registry",
+    "OP", "OpInfo", "InputInfo", "OutputInfo", "ParamInfo", "allocate", "check", "run", "registry", "site_of",
     "bank_pad", "pad_pow2", "pick_block", "choose", "edges", "rows", "tensor_recipe", "with_codec", "cases",
     "draw", "max_rows", "recipe", "inputs", "shapes", "variant", "outs", "res", "grads", "ctx",
     "TARGET", "PASS_CONFIGS", "COMPILE_FLAGS", "VARIANTS", "WRITTEN_ROWS", "REQUIRES", "EXAMPLES", "ARCHS",

@@ -103,9 +103,17 @@ class CallSite:
         return self.specialization(*named, d, key), d
 
 
+
+def site_of(op) -> "CallSite":
+    """The op's fast path: its shape classes and their specializations, kept on the op."""
+    site = op.__dict__.get("_site")
+    if site is None:
+        site = op.__dict__["_site"] = CallSite(op)
+    return site
+
 def call(op, tensors: tuple, params: tuple):
     """Check, allocate and launch a call given in `op.inputs` and `op.params` order; the outputs."""
-    spec, d = op.site.checked(tensors, params)
+    spec, d = site_of(op).checked(tensors, params)
     outs = spec.allocate(d)
     if spec.rows is None or d[spec.rows] != 0:
         spec.run(tensors, outs)
@@ -266,3 +274,56 @@ class Output:
 
 def _viewed(t, dtype):
     return t if dtype is None else t.view(dtype)
+
+
+def allocate(op, tensors, params, dims=None):
+    """Empty outputs of the right container shapes and dtypes, on the inputs' device."""
+    tensors, params = R.complete(op, tensors, params)
+    dims = dims if dims is not None else R.check(op, tensors, params)
+    variant = R.variant_of(op, params, tensors)
+    device = next(t for t in tensors.values() if t is not None).device
+    dts = R.input_dtypes(op, tensors)
+    return tuple(Output(o, variant, R.TORCH_DTYPES[o.dtype_fn(variant, dts)]).empty(dims, device) for o in op.outputs)
+
+
+def prepare(op, tensors, params, arch=None, schedule=None, out=None, dims=None):
+    """Everything a launch needs, resolved once: (launch(), outputs). For benchmarks and tuning.
+
+    `dims`: the result of `check` when the caller has already checked the arguments."""
+    tensors, params = R.complete(op, tensors, params)
+    dims = dims if dims is not None else R.check(op, tensors, params)
+    spec = _specialization(op, tensors, params, dims, arch, schedule)
+    outs = tuple(out) if out is not None else spec.allocate(dims)
+    if op.dynamic_dim is not None and dims[op.dynamic_dim] == 0:
+        return (lambda: None), outs
+    bufs = spec.buffers(R._ordered(op, tensors), outs)
+    return (lambda: spec.launch(bufs)), outs
+
+
+def _specialization(op, tensors, params, dims, arch=None, schedule=None):
+    key = site_of(op).key(R._ordered(op, tensors), tuple(params[p.name] for p in op.params))
+    return site_of(op).specialization(tensors, params, dims, key, arch, schedule)
+
+
+def run(op, tensors, params, arch: Optional[str] = None, out=None, schedule=None):
+    """Check, allocate (or take `out`), pick the kernel for the device (or `arch`), launch.
+
+    `out` lets tests pass poisoned outputs, so that elements a kernel fails to write show up, and callers
+    pass accumulators: outputs that kernels add into (sums over rows, counts) are added into as given.
+    `schedule`: knobs in place of the profile's (tuning candidates). Calls without these go through
+    `call`, as the generated entry points do.
+    """
+    tensors, params = R.complete(op, tensors, params)
+    dims = R.check(op, tensors, params)
+    spec = _specialization(op, tensors, params, dims, arch, schedule)
+    if out is None:
+        outs = spec.allocate(dims)
+    else:
+        outs = tuple(out)
+        for o, w in zip(outs, spec.allocate(dims, torch.device("meta"))):     # shapes only
+            if o.shape != w.shape or o.dtype != w.dtype or (o.numel() > 1 and o.stride() != w.stride()):
+                raise ValueError(f"{op.name}: an `out` tensor must be {w.dtype} of shape {tuple(w.shape)} "
+                                 f"and strides {tuple(w.stride())}")
+    if op.dynamic_dim is None or dims[op.dynamic_dim] != 0:
+        spec.run(R._ordered(op, tensors), outs)
+    return outs

@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import threading
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
@@ -99,12 +98,6 @@ class OpInfo:
     dims: Tuple[Tuple[str, bool, int, Optional[int]], ...]      # (name, dynamic, min, max)
     requires: Tuple[Tuple[str, Callable], ...]
     factory_args: Tuple[str, ...]
-
-    @cached_property
-    def site(self):
-        """The op's fast path: its shape classes and their specializations (runtime.fastpath)."""
-        from .fastpath import CallSite
-        return CallSite(self)
 
     @property
     def dynamic_dim(self):
@@ -248,16 +241,6 @@ def input_dtypes(op: OpInfo, tensors) -> Dict[str, str]:
     return {i.name: _dtype_name(tensors[i.name].dtype) for i in op.inputs if tensors[i.name] is not None}
 
 
-def allocate(op: OpInfo, tensors, params, dims=None):
-    """Empty outputs of the right container shapes and dtypes, on the inputs' device."""
-    tensors, params = complete(op, tensors, params)
-    dims = dims if dims is not None else check(op, tensors, params)
-    from .fastpath import Output
-    variant = variant_of(op, params, tensors)
-    device = next(t for t in tensors.values() if t is not None).device
-    dts = input_dtypes(op, tensors)
-    return tuple(Output(o, variant, TORCH_DTYPES[o.dtype_fn(variant, dts)]).empty(dims, device) for o in op.outputs)
-
 
 _ARCH_LOCK = threading.Lock()
 _ARCH_OF_DEVICE: Dict[object, str] = {}
@@ -290,27 +273,8 @@ def specialization(op: OpInfo, tensors, params, dims):
     return variant_of(op, params, tensors), statics, dtypes
 
 
-def prepare(op: OpInfo, tensors, params, arch=None, schedule=None, out=None, dims=None):
-    """Everything a launch needs, resolved once: (launch(), outputs). For benchmarks and tuning.
-
-    `dims`: the result of `check` when the caller has already checked the arguments."""
-    tensors, params = complete(op, tensors, params)
-    dims = dims if dims is not None else check(op, tensors, params)
-    spec = _specialization(op, tensors, params, dims, arch, schedule)
-    outs = tuple(out) if out is not None else spec.allocate(dims)
-    if op.dynamic_dim is not None and dims[op.dynamic_dim] == 0:
-        return (lambda: None), outs
-    bufs = spec.buffers(_ordered(op, tensors), outs)
-    return (lambda: spec.launch(bufs)), outs
-
-
 def _ordered(op: OpInfo, tensors: dict) -> tuple:
     return tuple(tensors[i.name] for i in op.inputs)
-
-
-def _specialization(op: OpInfo, tensors, params, dims, arch=None, schedule=None):
-    key = op.site.key(_ordered(op, tensors), tuple(params[p.name] for p in op.params))
-    return op.site.specialization(tensors, params, dims, key, arch, schedule)
 
 
 def written_in(info: OutputInfo, tensors, params) -> bool:
@@ -322,27 +286,3 @@ def written_in(info: OutputInfo, tensors, params) -> bool:
         return tensors[info.when] is not None
     v = params[info.when]
     return v is True or (v is not None and not isinstance(v, bool))
-
-
-def run(op: OpInfo, tensors, params, arch: Optional[str] = None, out=None, schedule=None):
-    """Check, allocate (or take `out`), pick the kernel for the device (or `arch`), launch.
-
-    `out` lets tests pass poisoned outputs, so that elements a kernel fails to write show up, and callers
-    pass accumulators: outputs that kernels add into (sums over rows, counts) are added into as given.
-    `schedule`: knobs in place of the profile's (tuning candidates). Calls without these go through
-    `runtime.fastpath.call`, as the generated entry points do.
-    """
-    tensors, params = complete(op, tensors, params)
-    dims = check(op, tensors, params)
-    spec = _specialization(op, tensors, params, dims, arch, schedule)
-    if out is None:
-        outs = spec.allocate(dims)
-    else:
-        outs = tuple(out)
-        for o, w in zip(outs, spec.allocate(dims, torch.device("meta"))):     # shapes only
-            if o.shape != w.shape or o.dtype != w.dtype or (o.numel() > 1 and o.stride() != w.stride()):
-                raise ValueError(f"{op.name}: an `out` tensor must be {w.dtype} of shape {tuple(w.shape)} "
-                                 f"and strides {tuple(w.stride())}")
-    if op.dynamic_dim is None or dims[op.dynamic_dim] != 0:
-        spec.run(_ordered(op, tensors), outs)
-    return outs

@@ -11,7 +11,8 @@ import math
 import torch
 
 from .. import registry
-from ..runtime.ops import allocate, check, complete, run, variant_of
+from ..runtime.fastpath import allocate, run
+from ..runtime.ops import check, complete, variant_of
 from .inputs import build_inputs
 from .strategies import with_codec
 

@@ -6,8 +6,8 @@ from typing import Optional
 import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
-from tkgen.runtime.fastpath import call, eager
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
+from tkgen.runtime.fastpath import allocate, call, eager, site_of
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
 
 OP = OpInfo(
     name="swiglu_backward",
@@ -73,7 +73,7 @@ def invoke(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert,
         outs = call(OP, (x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert), (routed_scaling_factor, clamp))
         return outs
     else:                                  # bad arguments fail before the dispatcher sees them
-        OP.site.checked((x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert), (routed_scaling_factor, clamp))
+        site_of(OP).checked((x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert), (routed_scaling_factor, clamp))
     return torch.ops.tkgen.swiglu_backward(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp)
 
 

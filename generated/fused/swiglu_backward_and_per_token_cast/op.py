@@ -6,8 +6,8 @@ from typing import Optional
 import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
-from tkgen.runtime.fastpath import call, eager
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
+from tkgen.runtime.fastpath import allocate, call, eager, site_of
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
 
 OP = OpInfo(
     name="swiglu_backward_and_per_token_cast",
@@ -81,7 +81,7 @@ def invoke(q, sf, act_x_grad, weights, group, scale, sf_layout, recompute, route
         outs = call(OP, (q, sf, act_x_grad, weights), (group, scale, sf_layout, recompute, routed_scaling_factor, clamp))
         return outs
     else:                                  # bad arguments fail before the dispatcher sees them
-        OP.site.checked((q, sf, act_x_grad, weights), (group, scale, sf_layout, recompute, routed_scaling_factor, clamp))
+        site_of(OP).checked((q, sf, act_x_grad, weights), (group, scale, sf_layout, recompute, routed_scaling_factor, clamp))
     return torch.ops.tkgen.swiglu_backward_and_per_token_cast(q, sf, act_x_grad, weights, group, scale, sf_layout, recompute, routed_scaling_factor, clamp)
 
 

@@ -7,8 +7,8 @@ import torch
 
 from tkgen.runtime.autograd import _contiguous, _grad_like, _like, _present  # noqa: F401
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
-from tkgen.runtime.fastpath import call, eager
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
+from tkgen.runtime.fastpath import allocate, call, eager, site_of
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
 
 OP = OpInfo(
     name="swiglu_forward",
@@ -72,7 +72,7 @@ def invoke(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, fmt, rout
         outs = call(OP, (x, weights, pos_to_token_topk, topk_weights, pos_to_expert), (fmt, routed_scaling_factor, clamp))
         return outs
     else:                                  # bad arguments fail before the dispatcher sees them
-        OP.site.checked((x, weights, pos_to_token_topk, topk_weights, pos_to_expert), (fmt, routed_scaling_factor, clamp))
+        site_of(OP).checked((x, weights, pos_to_token_topk, topk_weights, pos_to_expert), (fmt, routed_scaling_factor, clamp))
     return torch.ops.tkgen.swiglu_forward(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, fmt, routed_scaling_factor, clamp)
 
 

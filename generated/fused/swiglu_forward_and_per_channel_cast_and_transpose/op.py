@@ -6,8 +6,8 @@ from typing import Optional
 import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
-from tkgen.runtime.fastpath import call, eager
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
+from tkgen.runtime.fastpath import allocate, call, eager, site_of
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
 
 OP = OpInfo(
     name="swiglu_forward_and_per_channel_cast_and_transpose",
@@ -65,7 +65,7 @@ def invoke(x, fmt, group_tokens, scale, transpose, clamp):
         outs = call(OP, (x,), (fmt, group_tokens, scale, transpose, clamp))
         return outs
     else:                                  # bad arguments fail before the dispatcher sees them
-        OP.site.checked((x,), (fmt, group_tokens, scale, transpose, clamp))
+        site_of(OP).checked((x,), (fmt, group_tokens, scale, transpose, clamp))
     return torch.ops.tkgen.swiglu_forward_and_per_channel_cast_and_transpose(x, fmt, group_tokens, scale, transpose, clamp)
 
 

@@ -4,8 +4,8 @@
 import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
-from tkgen.runtime.fastpath import call, eager
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
+from tkgen.runtime.fastpath import allocate, call, eager, site_of
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
 
 OP = OpInfo(
     name="topk_gate",
@@ -53,7 +53,7 @@ def invoke(scores, k):
         outs = call(OP, (scores,), (k,))
         return outs[0]
     else:                                  # bad arguments fail before the dispatcher sees them
-        OP.site.checked((scores,), (k,))
+        site_of(OP).checked((scores,), (k,))
     return torch.ops.tkgen.topk_gate(scores, k)
 
 

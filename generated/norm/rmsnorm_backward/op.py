@@ -6,8 +6,8 @@ from typing import Optional
 import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
-from tkgen.runtime.fastpath import call, eager
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
+from tkgen.runtime.fastpath import allocate, call, eager, site_of
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
 
 OP = OpInfo(
     name="rmsnorm_backward",
@@ -67,7 +67,7 @@ def invoke(grad_out, x, rstd, weight, grad_residual, out_scale):
         outs = call(OP, (grad_out, x, rstd, weight, grad_residual), (out_scale,))
         return outs
     else:                                  # bad arguments fail before the dispatcher sees them
-        OP.site.checked((grad_out, x, rstd, weight, grad_residual), (out_scale,))
+        site_of(OP).checked((grad_out, x, rstd, weight, grad_residual), (out_scale,))
     return torch.ops.tkgen.rmsnorm_backward(grad_out, x, rstd, weight, grad_residual, out_scale)
 
 

@@ -7,8 +7,8 @@ import torch
 
 from tkgen.runtime.autograd import _contiguous, _grad_like, _like, _present  # noqa: F401
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
-from tkgen.runtime.fastpath import call, eager
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
+from tkgen.runtime.fastpath import allocate, call, eager, site_of
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
 
 OP = OpInfo(
     name="rmsnorm_forward",
@@ -66,7 +66,7 @@ def invoke(x, weight, residual, eps, out_scale):
         outs = call(OP, (x, weight, residual), (eps, out_scale))
         return outs
     else:                                  # bad arguments fail before the dispatcher sees them
-        OP.site.checked((x, weight, residual), (eps, out_scale))
+        site_of(OP).checked((x, weight, residual), (eps, out_scale))
     return torch.ops.tkgen.rmsnorm_forward(x, weight, residual, eps, out_scale)
 
 

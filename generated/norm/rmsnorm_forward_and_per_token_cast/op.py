@@ -6,8 +6,8 @@ from typing import Optional
 import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
-from tkgen.runtime.fastpath import call, eager
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
+from tkgen.runtime.fastpath import allocate, call, eager, site_of
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
 
 OP = OpInfo(
     name="rmsnorm_forward_and_per_token_cast",
@@ -74,7 +74,7 @@ def invoke(x, weight, residual, eps, out_scale, fmt, group, scale):
         outs = call(OP, (x, weight, residual), (eps, out_scale, fmt, group, scale))
         return outs
     else:                                  # bad arguments fail before the dispatcher sees them
-        OP.site.checked((x, weight, residual), (eps, out_scale, fmt, group, scale))
+        site_of(OP).checked((x, weight, residual), (eps, out_scale, fmt, group, scale))
     return torch.ops.tkgen.rmsnorm_forward_and_per_token_cast(x, weight, residual, eps, out_scale, fmt, group, scale)
 
 

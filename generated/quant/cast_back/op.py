@@ -4,8 +4,8 @@
 import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
-from tkgen.runtime.fastpath import call, eager
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
+from tkgen.runtime.fastpath import allocate, call, eager, site_of
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
 
 OP = OpInfo(
     name="cast_back",
@@ -64,7 +64,7 @@ def invoke(q, sf, fmt, block, scale, out, block_rows):
         outs = call(OP, (q, sf), (fmt, block, scale, out, block_rows))
         return outs[0]
     else:                                  # bad arguments fail before the dispatcher sees them
-        OP.site.checked((q, sf), (fmt, block, scale, out, block_rows))
+        site_of(OP).checked((q, sf), (fmt, block, scale, out, block_rows))
     return torch.ops.tkgen.cast_back(q, sf, fmt, block, scale, out, block_rows)
 
 

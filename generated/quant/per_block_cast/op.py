@@ -4,8 +4,8 @@
 import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
-from tkgen.runtime.fastpath import call, eager
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
+from tkgen.runtime.fastpath import allocate, call, eager, site_of
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
 
 OP = OpInfo(
     name="per_block_cast",
@@ -62,7 +62,7 @@ def invoke(x, fmt, block_rows, block_cols, scale):
         outs = call(OP, (x,), (fmt, block_rows, block_cols, scale))
         return outs
     else:                                  # bad arguments fail before the dispatcher sees them
-        OP.site.checked((x,), (fmt, block_rows, block_cols, scale))
+        site_of(OP).checked((x,), (fmt, block_rows, block_cols, scale))
     return torch.ops.tkgen.per_block_cast(x, fmt, block_rows, block_cols, scale)
 
 

@@ -4,8 +4,8 @@
 import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
-from tkgen.runtime.fastpath import call, eager
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
+from tkgen.runtime.fastpath import allocate, call, eager, site_of
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
 
 OP = OpInfo(
     name="per_block_cast_lossless",
@@ -69,7 +69,7 @@ def invoke(q, sf, block_rows, block_cols, in_cols, in_scale, scale, sf_layout):
         outs = call(OP, (q, sf), (block_rows, block_cols, in_cols, in_scale, scale, sf_layout))
         return outs
     else:                                  # bad arguments fail before the dispatcher sees them
-        OP.site.checked((q, sf), (block_rows, block_cols, in_cols, in_scale, scale, sf_layout))
+        site_of(OP).checked((q, sf), (block_rows, block_cols, in_cols, in_scale, scale, sf_layout))
     return torch.ops.tkgen.per_block_cast_lossless(q, sf, block_rows, block_cols, in_cols, in_scale, scale, sf_layout)
 
 

@@ -4,8 +4,8 @@
 import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
-from tkgen.runtime.fastpath import call, eager
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
+from tkgen.runtime.fastpath import allocate, call, eager, site_of
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
 
 OP = OpInfo(
     name="per_channel_cast",
@@ -61,7 +61,7 @@ def invoke(x, fmt, group_tokens, scale, transpose):
         outs = call(OP, (x,), (fmt, group_tokens, scale, transpose))
         return outs
     else:                                  # bad arguments fail before the dispatcher sees them
-        OP.site.checked((x,), (fmt, group_tokens, scale, transpose))
+        site_of(OP).checked((x,), (fmt, group_tokens, scale, transpose))
     return torch.ops.tkgen.per_channel_cast(x, fmt, group_tokens, scale, transpose)
 
 

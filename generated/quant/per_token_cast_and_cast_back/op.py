@@ -4,8 +4,8 @@
 import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
-from tkgen.runtime.fastpath import call, eager
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
+from tkgen.runtime.fastpath import allocate, call, eager, site_of
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
 
 OP = OpInfo(
     name="per_token_cast_and_cast_back",
@@ -60,7 +60,7 @@ def invoke(x, fmt, group, scale, out):
         outs = call(OP, (x,), (fmt, group, scale, out))
         return outs[0]
     else:                                  # bad arguments fail before the dispatcher sees them
-        OP.site.checked((x,), (fmt, group, scale, out))
+        site_of(OP).checked((x,), (fmt, group, scale, out))
     return torch.ops.tkgen.per_token_cast_and_cast_back(x, fmt, group, scale, out)
 
 

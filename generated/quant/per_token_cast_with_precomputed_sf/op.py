@@ -4,8 +4,8 @@
 import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
-from tkgen.runtime.fastpath import call, eager
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
+from tkgen.runtime.fastpath import allocate, call, eager, site_of
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
 
 OP = OpInfo(
     name="per_token_cast_with_precomputed_sf",
@@ -58,7 +58,7 @@ def invoke(x, sf, fmt, group):
         outs = call(OP, (x, sf), (fmt, group))
         return outs[0]
     else:                                  # bad arguments fail before the dispatcher sees them
-        OP.site.checked((x, sf), (fmt, group))
+        site_of(OP).checked((x, sf), (fmt, group))
     return torch.ops.tkgen.per_token_cast_with_precomputed_sf(x, sf, fmt, group)
 
 

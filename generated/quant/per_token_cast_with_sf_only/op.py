@@ -4,8 +4,8 @@
 import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
-from tkgen.runtime.fastpath import call, eager
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
+from tkgen.runtime.fastpath import allocate, call, eager, site_of
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
 
 OP = OpInfo(
     name="per_token_cast_with_sf_only",
@@ -58,7 +58,7 @@ def invoke(x, fmt, group, scale):
         outs = call(OP, (x,), (fmt, group, scale))
         return outs[0]
     else:                                  # bad arguments fail before the dispatcher sees them
-        OP.site.checked((x,), (fmt, group, scale))
+        site_of(OP).checked((x,), (fmt, group, scale))
     return torch.ops.tkgen.per_token_cast_with_sf_only(x, fmt, group, scale)
 
 

@@ -4,8 +4,8 @@
 import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
-from tkgen.runtime.fastpath import call, eager
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, allocate, check
+from tkgen.runtime.fastpath import allocate, call, eager, site_of
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
 
 OP = OpInfo(
     name="batched_transpose",
@@ -53,7 +53,7 @@ def invoke(x):
         outs = call(OP, (x,), ())
         return outs[0]
     else:                                  # bad arguments fail before the dispatcher sees them
-        OP.site.checked((x,), ())
+        site_of(OP).checked((x,), ())
     return torch.ops.tkgen.batched_transpose(x)
 
 
