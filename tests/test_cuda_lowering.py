@@ -69,3 +69,16 @@ def test_a_profile_whose_casts_may_not_saturate_clamps_first(tmp_path):
     default = next(v for k, v in render_all(load_catalog(registry.specs_dir())).items()
                    if k.as_posix().endswith("per_token_cast/kernel_sm90.py"))
     assert "T.clamp(" not in default.split("def build_e4m3_fp32_row(")[1].split("\ndef ")[0]
+
+
+def test_dequantized_stores_are_16_bytes_at_consecutive_thread_addresses():
+    """cast_back reads e4m3 codes and writes bf16: the load is laid out for the store (8 codes per thread),
+    so thread k writes bytes 16k..16k+15 of a row chunk; the load's own layout (16 codes per thread) had
+    each warp store write every other 16 bytes (1.9x TileKernels on the H200). (sm100's profile has
+    32-byte vectors: 16 codes per thread there.)"""
+    import re
+    module = importlib.import_module(f"{registry.op_package('cast_back').__name__}.kernel_sm90")
+    src = lower_source(module, module.build_e4m3_fp32_bf16, (7168, 128, 1))
+    assert re.search(r"\*\(fp8_e4_8_t\*\)\(q \+", src)                                      # 8 codes per thread
+    store = re.search(r"\*\(uint4\*\)\(y \+ (.*)\) = ", src)
+    assert store and store.group(1).endswith("(((int64_t)((int)threadIdx.x)) * (int64_t)8))")

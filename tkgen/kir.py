@@ -166,6 +166,7 @@ class Nest:
 
     axes: Tuple[str, ...]
     body: Tuple[Union[Compute, Store], ...]
+    vector: int = 0                        # elements per thread and access the loop is laid out for (0: free)
 
 
 Stmt = Union[Compute, Store, Reduce, Fill, Loop, Scan, Gemm, Nest]

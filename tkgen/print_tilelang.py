@@ -167,8 +167,10 @@ class KernelPrinter:
         return {F32: "T.float32(0.0)", I32: "T.int32(0)", U32: "T.uint32(0)", I64: "T.int64(0)"}[dtype]
 
     # -- statements -------------------------------------------------------------------------------------
-    def loop_header(self, axes) -> str:
+    def loop_header(self, axes, vector=0) -> str:
         blocks = [f"B_{a}" for a in axes]
+        if vector:
+            blocks.append(f"coalesced_width=T.int32({int(vector)})")
         return f"for {', '.join(f'i_{a}' for a in axes)} in {self.P}({', '.join(blocks)}):"
 
     def target(self, st: kir.Compute) -> str:
@@ -180,9 +182,9 @@ class KernelPrinter:
         value = self.expr(st.value)
         return f"T.atomic_add({dst}, {value})" if st.accumulate else f"{dst} = {value}"
 
-    def elementwise(self, axes, body, ind) -> List[str]:
+    def elementwise(self, axes, body, ind, vector=0) -> List[str]:
         """One loop over `axes` running Computes and Stores in order; consecutive stores under one guard."""
-        lines = [ind + self.loop_header(axes)] if axes else []
+        lines = [ind + self.loop_header(axes, vector)] if axes else []
         inner = ind + "    " if axes else ind
         i = 0
         while i < len(body):
@@ -205,7 +207,7 @@ class KernelPrinter:
 
     def statement(self, st, ind) -> List[str]:
         if isinstance(st, kir.Nest):
-            return self.elementwise(st.axes, st.body, ind)
+            return self.elementwise(st.axes, st.body, ind, st.vector)
         if isinstance(st, kir.Compute):
             return self.elementwise(st.axes, (st,), ind)
         if isinstance(st, kir.Store):

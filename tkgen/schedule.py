@@ -17,7 +17,9 @@ tune`. The rewrites, in the order `apply` runs them:
 6. `go_persistent` (tkgen/persistent.py), where the schedule says `persistent: true`: a fixed number of
    blocks loop over the row tiles, and sums over the rows are added per block, then in block order;
 7. `fuse`: consecutive elementwise statements over the same axes share one loop (loads keep their own,
-   which TileLang then vectorizes to 16 bytes).
+   which TileLang then vectorizes to 16 bytes);
+8. `coalesce_widening_loads` (CUDA): a load of elements narrower than what is stored over the same axes is
+   laid out for the store (`vector_bytes` of the stored type per thread).
 """
 from __future__ import annotations
 
@@ -351,6 +353,34 @@ def fuse(body):
     return out
 
 
+# -- 8. widening loads ------------------------------------------------------------------------------------
+def coalesce_widening_loads(body, module: kir.Module, catalog, arch, vector_bytes: int):
+    """A load of elements narrower than what the kernel stores over the same axes (FP8 codes dequantized to
+    bf16) is laid out for the store: `vector_bytes` of the stored type per thread. Left to itself the load
+    gives each thread 16 bytes of the narrow input, so each thread's share of the store spans 32 bytes or
+    more and every store instruction of a warp writes every other 16 bytes."""
+    from .formats import ITEMSIZE
+    tensors = {t.name: t for t in module.tensors}
+
+    def size(tensor):
+        return ITEMSIZE.get(storage(catalog, arch, tensors[tensor].elem)) if not tensors[tensor].elem.startswith("@") else None
+
+    widest: Dict[tuple, int] = {}
+    for st in kir.statements(body):
+        if isinstance(st, kir.Store) and size(st.tensor):
+            widest[st.axes] = max(widest.get(st.axes, 0), size(st.tensor))
+    out = []
+    for st in body:
+        if isinstance(st, kir.Nest) and st.axes in widest:
+            loads = [size(t) for c in st.body if isinstance(c, kir.Compute) for t in ir.fetches(c.value)]
+            if loads and all(n and n < widest[st.axes] for n in loads):
+                st = dataclasses.replace(st, vector=vector_bytes // widest[st.axes])
+        elif isinstance(st, kir.Loop):
+            st = dataclasses.replace(st, body=tuple(coalesce_widening_loads(st.body, module, catalog, arch, vector_bytes)))
+        out.append(st)
+    return out
+
+
 # -- the schedule -----------------------------------------------------------------------------------------
 def apply(module: kir.Module, spec, program, catalog, arch, sched) -> kir.Module:
     """The module rewritten for `arch` under schedule `sched` (see the module docstring)."""
@@ -372,7 +402,13 @@ def apply(module: kir.Module, spec, program, catalog, arch, sched) -> kir.Module
     if sched.get("persistent"):
         module = go_persistent(module, kernel, dyn)
         module = module.replace(knobs=module.knobs + ((BLOCKS, sched.get("blocks", arch.persistent_blocks)),))
-    return module.replace(kernels=tuple(dataclasses.replace(k, body=tuple(fuse(k.body))) for k in module.kernels))
+    kernels = []
+    for k in module.kernels:
+        body = fuse(k.body)
+        if arch.loops == "parallel":        # CUDA: thread layouts; the C target's loops are serial
+            body = coalesce_widening_loads(body, module, catalog, arch, sched.get("vector_bytes", arch.vector_bytes))
+        kernels.append(dataclasses.replace(k, body=tuple(body)))
+    return module.replace(kernels=tuple(kernels))
 
 
 def bank_pad_elems(catalog, arch, elem) -> int:

@@ -38,7 +38,7 @@ def build_e4m3_fp32_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(16)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], T.float32(0.0))
@@ -71,7 +71,7 @@ def build_e4m3_fp32_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_e
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], T.float32(0.0))
@@ -104,7 +104,7 @@ def build_e4m3_ue8m0_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(16)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.reinterpret((((T.if_then_else(((b_b * B_b + i_b) < N_b), (T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
@@ -137,7 +137,7 @@ def build_e4m3_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.reinterpret((((T.if_then_else(((b_b * B_b + i_b) < N_b), (T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
@@ -170,7 +170,7 @@ def build_e4m3_ue8m0_byte_bf16(H, block, block_rows, *, threads=128, block_b=4, 
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(16)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.reinterpret((T.if_then_else(((b_b * B_b + i_b) < N_b), (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
@@ -203,7 +203,7 @@ def build_e4m3_ue8m0_byte_fp32(H, block, block_rows, *, threads=128, block_b=4, 
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.reinterpret((T.if_then_else(((b_b * B_b + i_b) < N_b), (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
@@ -236,7 +236,7 @@ def build_e5m2_fp32_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(16)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], T.float32(0.0))
@@ -269,7 +269,7 @@ def build_e5m2_fp32_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_e
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], T.float32(0.0))
@@ -302,7 +302,7 @@ def build_e5m2_ue8m0_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(16)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.reinterpret((((T.if_then_else(((b_b * B_b + i_b) < N_b), (T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
@@ -335,7 +335,7 @@ def build_e5m2_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.reinterpret((((T.if_then_else(((b_b * B_b + i_b) < N_b), (T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
@@ -368,7 +368,7 @@ def build_e5m2_ue8m0_byte_bf16(H, block, block_rows, *, threads=128, block_b=4, 
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(16)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.reinterpret((T.if_then_else(((b_b * B_b + i_b) < N_b), (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
@@ -401,7 +401,7 @@ def build_e5m2_ue8m0_byte_fp32(H, block, block_rows, *, threads=128, block_b=4, 
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.reinterpret((T.if_then_else(((b_b * B_b + i_b) < N_b), (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
@@ -435,7 +435,7 @@ def build_e2m1_fp32_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
             q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(16)):
                 q_code[i_b, i_r, i_g, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
@@ -471,7 +471,7 @@ def build_e2m1_fp32_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_e
             q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
                 q_code[i_b, i_r, i_g, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
@@ -507,7 +507,7 @@ def build_e2m1_ue8m0_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_
             q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(16)):
                 q_code[i_b, i_r, i_g, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
@@ -543,7 +543,7 @@ def build_e2m1_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_
             q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
                 q_code[i_b, i_r, i_g, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
@@ -579,7 +579,7 @@ def build_e2m1_ue8m0_byte_bf16(H, block, block_rows, *, threads=128, block_b=4, 
             q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(16)):
                 q_code[i_b, i_r, i_g, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
@@ -615,7 +615,7 @@ def build_e2m1_ue8m0_byte_fp32(H, block, block_rows, *, threads=128, block_b=4, 
             q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
                 q_code[i_b, i_r, i_g, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
