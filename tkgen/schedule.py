@@ -32,7 +32,7 @@ from . import pyexpr as P
 from .ir import F32, op
 from .lower import neutral
 from .persistent import BLOCKS, go_persistent
-from .signature import storage
+from .signature import is_native, storage
 
 KNOB_BLOCK = "block_{}"
 
@@ -326,14 +326,22 @@ def inline_stored(body, keep=None):
 
 
 # -- 6. loop fusion ---------------------------------------------------------------------------------------
-def fuse(body):
+def fuse(body, software=lambda elem: False):
     """Consecutive Computes and Stores over the same axes share one loop; a load (a Compute that reads a
     tensor) gets a loop of its own: TileLang then vectorizes it to 16 bytes on sm_90a (a loop that also
-    loads or computes other tiles gets 8-byte accesses)."""
+    loads or computes other tiles gets 8-byte accesses). A store does not join a loop that calls a codec
+    (a generated helper with branches): TileLang then stores element by element (the e2m1 decode before
+    per_block_cast_lossless's e4m3 store made its stores scalar, 2.2x slower on the H200)."""
     out, open_ = [], None
+
+    def codec(n):
+        return isinstance(n, ir.Call) or (isinstance(n, (ir.Decode, ir.Encode)) and software(n.elem))
+
+    def calls_helper(nest):
+        return any(isinstance(c, kir.Compute) and any(codec(n) for n in ir.walk(c.value)) for c in nest.body)
     for st in body:
         if isinstance(st, kir.Loop):
-            out.append(dataclasses.replace(st, body=tuple(fuse(st.body))))
+            out.append(dataclasses.replace(st, body=tuple(fuse(st.body, software))))
             open_ = None
             continue
         if not isinstance(st, (kir.Compute, kir.Store)) or (isinstance(st, kir.Compute) and st.at):
@@ -342,7 +350,7 @@ def fuse(body):
             continue
         axes = tuple(st.axes)
         load = isinstance(st, kir.Compute) and bool(ir.fetches(st.value))
-        if load or open_ is None or open_.axes != axes:
+        if load or open_ is None or open_.axes != axes or (isinstance(st, kir.Store) and calls_helper(open_)):
             open_ = kir.Nest(axes, (st,))
             out.append(open_)
         else:
@@ -351,6 +359,12 @@ def fuse(body):
         if load:
             open_ = None
     return out
+
+
+def _software_codec(catalog, arch, elem) -> bool:
+    """Whether values of element type `elem` go through a generated codec on `arch` (packed or not native)."""
+    fmt = catalog.elements.get(elem)
+    return fmt is not None and (fmt.pack is not None or not is_native(catalog, arch, elem))
 
 
 # -- 8. widening loads ------------------------------------------------------------------------------------
@@ -404,7 +418,7 @@ def apply(module: kir.Module, spec, program, catalog, arch, sched) -> kir.Module
         module = module.replace(knobs=module.knobs + ((BLOCKS, sched.get("blocks", arch.persistent_blocks)),))
     kernels = []
     for k in module.kernels:
-        body = fuse(k.body)
+        body = fuse(k.body, lambda elem: _software_codec(catalog, arch, elem))
         if arch.loops == "parallel":        # CUDA: thread layouts; the C target's loops are serial
             body = coalesce_widening_loads(body, module, catalog, arch, sched.get("vector_bytes", arch.vector_bytes))
         kernels.append(dataclasses.replace(k, body=tuple(body)))

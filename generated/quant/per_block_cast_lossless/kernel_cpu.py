@@ -62,6 +62,7 @@ def build_fp32_fp32_row(H, block_rows, block_cols, in_cols, *, threads=1, block_
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
@@ -117,6 +118,7 @@ def build_fp32_fp32_col(H, block_rows, block_cols, in_cols, *, threads=1, block_
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
@@ -176,6 +178,7 @@ def build_fp32_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=1, block
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
@@ -238,6 +241,7 @@ def build_fp32_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=1, block
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
@@ -296,6 +300,7 @@ def build_fp32_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=1, 
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
@@ -351,6 +356,7 @@ def build_fp32_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=1, 
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
@@ -406,6 +412,7 @@ def build_ue8m0_fp32_row(H, block_rows, block_cols, in_cols, *, threads=1, block
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
@@ -461,6 +468,7 @@ def build_ue8m0_fp32_col(H, block_rows, block_cols, in_cols, *, threads=1, block
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
@@ -520,6 +528,7 @@ def build_ue8m0_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=1, bloc
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
@@ -582,6 +591,7 @@ def build_ue8m0_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=1, bloc
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
@@ -640,6 +650,7 @@ def build_ue8m0_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=1,
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
@@ -695,6 +706,7 @@ def build_ue8m0_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=1,
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
@@ -750,6 +762,7 @@ def build_ue8m0_byte_fp32_row(H, block_rows, block_cols, in_cols, *, threads=1, 
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
@@ -805,6 +818,7 @@ def build_ue8m0_byte_fp32_col(H, block_rows, block_cols, in_cols, *, threads=1, 
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
@@ -864,6 +878,7 @@ def build_ue8m0_byte_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=1,
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
@@ -926,6 +941,7 @@ def build_ue8m0_byte_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=1,
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
@@ -984,6 +1000,7 @@ def build_ue8m0_byte_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threa
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
@@ -1039,6 +1056,7 @@ def build_ue8m0_byte_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threa
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):

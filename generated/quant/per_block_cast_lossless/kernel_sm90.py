@@ -64,6 +64,7 @@ def build_fp32_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256, bloc
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -121,6 +122,7 @@ def build_fp32_fp32_col(H, block_rows, block_cols, in_cols, *, threads=256, bloc
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -182,6 +184,7 @@ def build_fp32_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=256, blo
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -246,6 +249,7 @@ def build_fp32_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=256, blo
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -306,6 +310,7 @@ def build_fp32_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=256
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -363,6 +368,7 @@ def build_fp32_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=256
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -420,6 +426,7 @@ def build_ue8m0_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256, blo
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -477,6 +484,7 @@ def build_ue8m0_fp32_col(H, block_rows, block_cols, in_cols, *, threads=256, blo
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -538,6 +546,7 @@ def build_ue8m0_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=256, bl
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -602,6 +611,7 @@ def build_ue8m0_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=256, bl
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -662,6 +672,7 @@ def build_ue8m0_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=25
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -719,6 +730,7 @@ def build_ue8m0_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=25
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -776,6 +788,7 @@ def build_ue8m0_byte_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -833,6 +846,7 @@ def build_ue8m0_byte_fp32_col(H, block_rows, block_cols, in_cols, *, threads=256
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -894,6 +908,7 @@ def build_ue8m0_byte_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=25
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -958,6 +973,7 @@ def build_ue8m0_byte_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=25
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -1018,6 +1034,7 @@ def build_ue8m0_byte_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threa
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -1075,6 +1092,7 @@ def build_ue8m0_byte_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threa
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
+            for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
                     out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):

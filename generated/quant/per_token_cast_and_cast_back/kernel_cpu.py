@@ -51,6 +51,7 @@ def build_e4m3_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e4m3(T.cast(T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
 
@@ -92,6 +93,7 @@ def build_e4m3_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e4m3(T.cast(T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
@@ -133,6 +135,7 @@ def build_e4m3_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e4m3(T.cast(T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
 
@@ -174,6 +177,7 @@ def build_e4m3_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e4m3(T.cast(T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
@@ -215,6 +219,7 @@ def build_e5m2_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e5m2(T.cast(T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
 
@@ -256,6 +261,7 @@ def build_e5m2_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e5m2(T.cast(T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
@@ -297,6 +303,7 @@ def build_e5m2_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e5m2(T.cast(T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
 
@@ -338,6 +345,7 @@ def build_e5m2_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e5m2(T.cast(T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
@@ -379,6 +387,7 @@ def build_e2m1_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
 
@@ -420,6 +429,7 @@ def build_e2m1_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
@@ -461,6 +471,7 @@ def build_e2m1_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
 
@@ -502,6 +513,7 @@ def build_e2m1_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
@@ -543,6 +555,7 @@ def build_e5m6_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
 
@@ -584,6 +597,7 @@ def build_e5m6_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
@@ -625,6 +639,7 @@ def build_e5m6_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
 
@@ -666,6 +681,7 @@ def build_e5m6_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 

@@ -370,6 +370,7 @@ def build_e2m1_fp32_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
                 inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
                     y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
 
@@ -410,6 +411,7 @@ def build_e2m1_fp32_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
                 inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
                     y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
@@ -450,6 +452,7 @@ def build_e2m1_pow2_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
                     y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
 
@@ -490,6 +493,7 @@ def build_e2m1_pow2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
                     y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
@@ -530,6 +534,7 @@ def build_e5m6_fp32_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
                 inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
                     y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
 
@@ -570,6 +575,7 @@ def build_e5m6_fp32_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
                 inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
                     y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
@@ -610,6 +616,7 @@ def build_e5m6_pow2_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
                     y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
 
@@ -650,6 +657,7 @@ def build_e5m6_pow2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
                 inv[i_t, i_g] = T.reinterpret(((T.uint32(254) - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
                     y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
