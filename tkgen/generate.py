@@ -21,7 +21,7 @@ from . import expr as E
 from . import formats as F
 from . import schedule as S
 from .autograd import plan as autograd_plan
-from .lower import lower_program, topk_key
+from .lower import lower_program
 from .model import binding
 from .print_tilelang import print_factory
 from .print_torch import print_reference
@@ -30,7 +30,7 @@ from .pyexpr import py_expr
 from .safety import audit_all, comment, docstring as docstring_literal
 from .signature import codec as sig_codec
 from .signature import resolve as resolve_sig
-from .stages import build_program
+from .stages import build_program, topk_key
 
 TEMPLATES = Path(__file__).parent / "templates"
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True, lstrip_blocks=True,

@@ -576,9 +576,13 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
                   tuple(stages), schedule, tuple(d.get("workloads", ())), dict(d.get("tests", {})), doc, row_inner,
                   d.get("backward"))
     checks.check_op(doc, spec)
-    from .stages import typecheck  # the stage library checks what the compute stages mean
+    # the stage library checks what the compute stages mean, and that every variant lowers: what validate
+    # accepts, generate lowers
+    from .lower import lower_program
+    from .stages import typecheck
 
-    typecheck(spec, elements, scales)
+    formats = Catalog(doc.path.parent, {}, elements, scales, {}, {}, layouts)
+    typecheck(spec, elements, scales, lambda variant, program: lower_program(formats, spec, variant, program))
     return spec
 
 
