@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 from . import checks
+from .checks import binding  # noqa: F401  (the printers and generate take it from here)
 from . import expr as E
 from . import formats as F
 from .loader import Document, SpecError, read
@@ -95,18 +96,6 @@ class Tensor:
             if variant.get(param) is True:
                 return dataclasses.replace(self, shape=shape, shape_text=text, view=view, layouts=())
         return dataclasses.replace(self, layouts=()) if self.layouts else self
-
-
-def binding(node, dims):
-    """(dim, factor) when a shape entry is a dim or a constant multiple of one (`H`, `2 * H`), else None:
-    the size of that tensor dim binds the dim at call time."""
-    if isinstance(node, E.Name) and node.id in dims:
-        return node.id, 1
-    if isinstance(node, E.Binary) and node.op == "*":
-        for k, n in ((node.lhs, node.rhs), (node.rhs, node.lhs)):
-            if isinstance(k, E.Num) and isinstance(k.value, int) and k.value > 0 and isinstance(n, E.Name) and n.id in dims:
-                return n.id, k.value
-    return None
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Dict, List
 
 from .. import expr as E
 from .. import ir
-from .base import FUNCTIONS, RAW, STAGES, Call, Program, StageError, Step, Value, order
+from .base import FUNCTIONS, INTS, RAW, STAGES, Call, Program, StageError, Step, Value, order
 from .elementwise import assign, binary, unary
 from .memory import Load
 
@@ -73,6 +73,8 @@ class Builder:
         self.keep = None
         self.counts = set()
         self.joining = False         # inside join(...): where counts may be named
+        self.partials = set()        # reductions over the rows: each block's part, added into an output
+        self.assigned = {}           # value name -> the compute statement that assigns it
         self.at = {}
 
     # -- errors and arguments ---------------------------------------------------------------------------
@@ -100,7 +102,21 @@ class Builder:
     def value_arg(self, idx, node):
         if not isinstance(node, E.Name) or node.id not in self.values:
             self.fail(idx, f"expected a value computed by an earlier stage, found {E.to_source(node)!r}", node)
+        self.readable(idx, node)
         return self.values[node.id]
+
+    def readable(self, idx, node):
+        """A value that a block holds only its part of cannot be computed with."""
+        if node.id in self.partials:
+            self.fail(idx, f"{node.id!r} is reduced over the rows, which blocks split: each block adds its part "
+                           "into the output that stores it, so it can only be stored", node)
+
+    def whole_axis(self, idx, axis, what, node=None):
+        """An axis that a block holds whole, because `what` runs along it: not the rows, which blocks split."""
+        if axis == self.rows:
+            self.fail(idx, f"{what} runs along the rows (axis {axis!r}), which blocks split; it needs another "
+                           "axis", node)
+        self.whole.add(axis)
 
     def input_arg(self, idx, node, fn):
         if not isinstance(node, E.Name) or node.id not in self.spec.inputs:
@@ -115,6 +131,7 @@ class Builder:
             self.fail(idx, f"{name!r} names a param, dim or axis; choose another name for the value")
         v = Value(name, order(self.spec, axes), dtype)
         self.values[name] = v
+        self.assigned.setdefault(name, idx)
         return v
 
     def constant(self, idx, name, e):
@@ -197,6 +214,7 @@ class Builder:
             v = self.values[node.id]
             if v.dtype == RAW:
                 self.fail(idx, f"{v.name!r} holds copied elements: it can only be stored to an output", node)
+            self.readable(idx, node)
             if v.name in self.counts and not self.joining:
                 self.fail(idx, f"{v.name!r} is a count that every block adds into its output: it can only be "
                                "stored, alone or joined with other counts", node)
@@ -261,17 +279,35 @@ class Builder:
             if name not in self.values:
                 raise StageError(last, f"output {name!r} is never assigned")
             v = self.values[name]
+            at = self.assigned.get(name, last)
             src = next((st.tensor for st in self.steps if st.out.name == name and st.copies), None)
             if src is not None and src != t.like:      # a `like` output may also hold computed values
-                raise StageError(last, f"output {name!r} must be declared `like: {src}` to hold copy({src})")
+                raise StageError(at, f"output {name!r} must be declared `like: {src}` to hold copy({src})")
             if set(v.axes) != set(t.axes):
-                raise StageError(last, f"output {name!r} varies over {list(v.axes)} but its view has axes {list(t.axes)}")
+                raise StageError(at, f"output {name!r} varies over {list(v.axes)} but its view has axes {list(t.axes)}")
+            problem = _store_problem(t, v)
+            if problem:
+                raise StageError(at, f"output {name!r}: {problem}")
             if t.at:
                 self.at[name] = self.positions(last, t).name
             outputs[name] = v
         self.prune(outputs)
         return Program(self.values, self.steps, outputs, self.whole, self.scalars, self.rounds, self.keep, self.at,
                        self.counts & set(self.values))
+
+
+def _store_problem(t, v):
+    """Why value `v` cannot be stored to output `t`: integer outputs hold integers, the others floats."""
+    if v.dtype == RAW:
+        return None
+    if v.dtype == ir.BOOL:
+        return "it holds a condition; a condition is not stored (store where(c, 1.0, 0.0), or count it)"
+    integer = not t.format_ref and not t.scale_ref and bool(t.dtypes) and \
+        all(dt in ("int32", "int64") for dt in t.dtypes)
+    if integer != (v.dtype in INTS):
+        kind = "an integer" if integer else "a float"
+        return f"{kind} output holds {'integer' if integer else 'float'} values; the value stored is {v.dtype}"
+    return None
 
 
 def build_program(spec, elements, scales, variant) -> Program:

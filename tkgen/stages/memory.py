@@ -33,6 +33,10 @@ class Load(Step):
 
     def lower(self, lw):
         sig = lw.sigs[self.tensor]
+        for axis, i in self.fixed:        # an extent known only to the factory: checked there
+            if E.names(lw.spec.axes[axis].extent):
+                lw.checks.append((E.Binary("<", E.Num(i), E.Name(f"N_{axis}")),
+                                  f"take: index {i} is outside axis {axis}"))
         lw.emit(kir.Compute(lw.buffer(self.out), lw.decoded(sig, self.fixed, self.out.axes)))
         if lw.row_guard(self.out.axes) is not None:
             lw.zero_filled.add(self.out.name)
@@ -102,5 +106,8 @@ class Take(Stage):
             b.fail(idx, f"{src.name!r} does not vary over axis {axis!r}", call.args[1])
         if not isinstance(at, E.Num) or not isinstance(at.value, int) or at.value < 0:
             b.fail(idx, "take(v, axis, i): i must be a non-negative integer literal", at)
+        extent = b.spec.axes[axis].extent
+        if not E.names(extent) and at.value >= E.evaluate(extent, {}):
+            b.fail(idx, f"take(v, {axis}, {at.value}): axis {axis!r} has {E.evaluate(extent, {})} indices", at)
         out = b.define(idx, call.targets[0], [a for a in src.axes if a != axis], src.dtype)
         b.add(idx, Load(out, load.tensor, load.fixed + ((axis, at.value),)))

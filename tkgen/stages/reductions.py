@@ -74,6 +74,11 @@ class Reduction(Stage):
         if src.dtype != F32 and not (src.dtype == I32 and fn in INT_REDUCTIONS):
             b.fail(idx, f"{fn} needs float values" + (" (integers take amax and amin)" if src.dtype == I32 else ""),
                    call.args[0])
+        if axis == b.rows and fn != "sum":
+            b.fail(idx, f"over the rows (axis {axis!r}) a reduction is a sum: blocks split the rows, and each adds "
+                        "its part into the output", call.args[1])
         b.whole.add(axis)
         out = b.define(idx, call.targets[0], [a for a in src.axes if a != axis], src.dtype)
+        if axis == b.rows:
+            b.partials.add(out.name)
         b.add(idx, Reduce(out, KINDS[fn], src, axis))

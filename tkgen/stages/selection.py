@@ -89,6 +89,7 @@ class TopKStage(Stage):
         idx = call.index
         if over not in src.axes or new in src.axes:
             b.fail(idx, f"topk(v, over, new): v must vary over {over!r} and not over {new!r}")
-        b.whole |= {over, new}
+        b.whole_axis(idx, over, "topk", call.args[1])
+        b.whole_axis(idx, new, "topk", call.args[2])
         out = b.define(idx, call.targets[0], [a for a in src.axes if a != over] + [new], I32)
         b.add(idx, TopK(out, src, over, new))
