@@ -17,7 +17,7 @@ from . import expr as E
 from . import formats as F
 from . import ir, kir
 from . import pyexpr as P
-from .ir import BOOL, F32, I32, I64, RAW, U32, op
+from .ir import F32, I32, I64, RAW, U32, op
 from .signature import INT_ELEMS, TensorSig, signature
 from .stages import StageError
 from .stages import neutral, topk_key  # noqa: F401  (the schedule and generate take them from here)
@@ -52,13 +52,24 @@ class Lowering:
         self.stored_in_loop = set()                  # outputs a stage stored itself (top-k, round by round)
 
     # -- buffers and indices ----------------------------------------------------------------------------
-    def buffer(self, value, dtype=None, elem=None) -> kir.Buffer:
+    def buffer(self, value, dtype=None, elem=None, scope="tile") -> kir.Buffer:
+        """The tile buffer of a value (made on first use)."""
         if value.name not in self.bufs:
             name = value.name + "_tile" if value.name in self.spec.tensors else value.name
             if _GENERATED.match(name):
                 name = "v_" + name
-            self.bufs[value.name] = kir.Buffer(name, value.axes, dtype or value.dtype, elem=elem)
+            self.bufs[value.name] = kir.Buffer(name, value.axes, dtype or value.dtype, scope, elem=elem)
         return self.bufs[value.name]
+
+    def shared_copy(self, value, axis) -> kir.Buffer:
+        """A copy of a value's tile that every thread can read (shared memory on CUDA), for stages that read
+        it along `axis` at indices other threads hold; made once per value."""
+        key = f"{value.name}@{axis}"         # not a value name
+        if key not in self.bufs:
+            src = self.bufs[value.name]
+            self.bufs[key] = kir.Buffer(f"{src.name}_by_{axis}", src.axes, src.dtype, "shared")
+            self.emit(kir.Compute(self.bufs[key], ir.Read(src.name, src.dtype)))
+        return self.bufs[key]
 
     def read(self, value) -> ir.Read:
         b = self.bufs[value.name]
@@ -75,9 +86,42 @@ class Lowering:
                 idx = _add(_mul(idx, ir.Size(f"N_{a}")), part)
         return idx
 
-    def logical(self, sig: TensorSig, fixed=()) -> tuple:
+    def logical(self, sig: TensorSig, fixed=(), segment=None) -> tuple:
+        """The logical indices of the tensor's element at the current indices of its view; for a segment,
+        its segmented dim at the segment's offset plus the index of the segment's own axes."""
         fixed = dict(fixed)
-        return tuple(self.group_index(g, fixed) for g in sig.view)
+        if segment is None:
+            return tuple(self.group_index(g, fixed) for g in sig.view)
+        dim, parts = sig.segments
+        names = [n for n, _ in parts]
+        offset = None
+        for _, group in parts[:names.index(segment)]:
+            offset = _add(offset, self.extent(group)) if offset is not None else self.extent(group)
+        inner = self.group_index(dict(parts)[segment], fixed) or ir.i32(0)
+        at = inner if offset is None else _add(offset, inner)
+        return tuple(at if i == dim else self.group_index(g, fixed) for i, g in enumerate(sig.view))
+
+    @staticmethod
+    def extent(group) -> ir.Expr:
+        """The number of indices of a group of axes (1 for none)."""
+        out = ir.i32(1)
+        for a in group:
+            out = ir.Size(f"N_{a}") if out == ir.i32(1) else _mul(out, ir.Size(f"N_{a}"))
+        return out
+
+    def check_segments(self, sig: TensorSig):
+        """The factory checks that the segments of a dim add up to its size."""
+        dim, parts = sig.segments
+        total = None
+        for _, group in parts:
+            size = E.Num(1)
+            for a in group:
+                size = P.mul(size, E.Name(f"N_{a}")) if size != E.Num(1) else E.Name(f"N_{a}")
+            total = size if total is None else E.Binary("+", total, size)
+        check = (E.Binary("==", total, sig.shape[dim]),
+                 f"{sig.name}: its segments {', '.join(n for n, _ in parts)} must fill dim {dim} exactly")
+        if check not in self.checks:
+            self.checks.append(check)
 
     @staticmethod
     def storage(sig: TensorSig, logical) -> tuple:
@@ -100,6 +144,13 @@ class Lowering:
         if self.keep is not None and self.dyn_axis in axes and not self.row_inner:
             conds.append(self.keep)
         return ir.conj(*conds)
+
+    @staticmethod
+    def inside(pos: ir.Expr, size: str) -> tuple:
+        """The conditions under which an index (i32 or i64) lies in [0, size) (`n_<tensor>`: a tensor
+        addressed at positions, `N_<axis>`: an axis)."""
+        n = ir.Size(size)
+        return op("ge", pos, ir.Const(0, pos.dtype)), op("lt", pos, n if pos.dtype == I32 else op("to_i64", n))
 
     def emit(self, st):
         self.body.append(kir.map_exprs([st], ir.fold)[0])
@@ -127,9 +178,10 @@ class Lowering:
             return None
         return ir.rebuild(e, fn)
 
-    def decoded(self, sig: TensorSig, fixed, axes) -> ir.Expr:
-        """The value of the tensor's element at the current indices (its view, `fixed` axes pinned)."""
-        logical = self.logical(sig, fixed)
+    def decoded(self, sig: TensorSig, fixed, axes, segment=None) -> ir.Expr:
+        """The value of the tensor's element at the current indices (its view, `fixed` axes pinned, or one
+        segment of it)."""
+        logical = self.logical(sig, fixed, segment)
         guard = self.row_guard(axes)
         if sig.packing is not None:
             code = self.packed_code(sig, logical, guard)
@@ -141,11 +193,13 @@ class Lowering:
                 self.emit(kir.Compute(tile, code))
                 return ir.Decode(sig.fmt.name, ir.Read(tile.name, U32), F32)
             return op("from_bits", op("shl", code, ir.u32(23)))       # a UE8M0 byte: 2^(byte - 127)
-        fetch = ir.Fetch(sig.name, self.storage(sig, logical), guard, view=self.view(sig, fixed))
+        # a segment is read at computed indices (the reference gathers it), a view through its reshape
+        view = None if segment is not None else self.view(sig, fixed)
+        fetch = ir.Fetch(sig.name, self.storage(sig, logical), guard, view=view)
         if sig.scale is not None and sig.scale.store == "exponent_byte":
             return op("from_bits", op("shl", ir.Decode("uint8", fetch, U32), ir.u32(23)))
         if sig.elem in INT_ELEMS:
-            return ir.Decode(sig.elem, fetch, I32)
+            return ir.Decode(sig.elem, fetch, I64 if sig.elem == "int64" else I32)
         return ir.Decode(sig.elem, fetch, F32)
 
     def packed_code(self, sig: TensorSig, logical, guard) -> ir.Expr:
@@ -200,7 +254,7 @@ class Lowering:
             enc = ir.Encode(sig.elem, v)
         if sig.at:
             pos = self.read(self.program.values[self.program.at[tname]])
-            guard = ir.conj(guard, op("ge", pos, ir.i32(0)), op("lt", pos, ir.Size(f"n_{tname}")))
+            guard = ir.conj(guard, *self.inside(pos, f"n_{tname}"))
             self.emit(kir.Store(tname, (pos,), enc, value.axes, guard, accumulate=True))
         elif sig.packing is not None:
             self.store_packed(sig, value, enc, guard)

@@ -106,9 +106,9 @@ class Call:
 
 class Stage:
     """A statement-level stage: the `names` it is written as, the kinds of its arguments (`args`: "input",
-    "value", "axis", "node" for an expression as written, "element" or "scale" for a format; one kind
-    may end in `*` for one or more such arguments), how many `targets` it assigns; `build` gets the call
-    and its parsed arguments, checks them and appends the stage's steps."""
+    "value", "axis", "node" for an expression as written, "element" or "scale" for a format; one kind may
+    end in `*` for one or more such arguments, or in `?` for an optional one), how many `targets` it
+    assigns; `build` gets the call and its parsed arguments, checks them and appends the stage's steps."""
 
     names: Tuple[str, ...] = ()           # set by @stage
     args: Tuple[str, ...] = ("node",)
@@ -116,12 +116,12 @@ class Stage:
 
     def kinds(self, n) -> Optional[Tuple[str, ...]]:
         """The kind of each of `n` arguments, or None when `n` arguments do not fit."""
-        many = [i for i, k in enumerate(self.args) if k.endswith("*")]
+        many = [i for i, k in enumerate(self.args) if k[-1] in "*?"]
         if not many:
             return self.args if n == len(self.args) else None
         i = many[0]
         extra = n - len(self.args) + 1
-        if extra < 1:
+        if extra < (1 if self.args[i].endswith("*") else 0) or (self.args[i].endswith("?") and extra > 1):
             return None
         return self.args[:i] + (self.args[i][:-1],) * extra + self.args[i + 1:]
 
@@ -129,8 +129,11 @@ class Stage:
         """Why `n` arguments do not fit, or None."""
         if self.kinds(n) is not None:
             return None
+        fixed = len(self.args) - any(k[-1] in "*?" for k in self.args)
         if any(k.endswith("*") for k in self.args):
-            return f"{fn} takes at least {len(self.args)} arguments, found {n}"
+            return f"{fn} takes at least {fixed + 1} arguments, found {n}"
+        if any(k.endswith("?") for k in self.args):
+            return f"{fn} takes {fixed} or {fixed + 1} arguments, found {n}"
         return f"{fn} takes {len(self.args)} arguments, found {n}"
 
     def build(self, b, call: Call, *args) -> None:

@@ -59,6 +59,9 @@ def int_literal(node):
     return None
 
 
+_INT_RANGE = {ir.I32: (-2 ** 31, 2 ** 31 - 1), ir.I64: (-2 ** 63, 2 ** 63 - 1)}
+
+
 class Builder:
     """Checks one variant's compute block and builds its Program."""
 
@@ -67,7 +70,7 @@ class Builder:
         self.values: Dict[str, Value] = {}
         self.steps: List[Step] = []
         self.whole = set()
-        self.consts: Dict[str, ir.Expr] = {}     # values that vary over no axis (absent inputs, params): their expression
+        self.consts: Dict[str, ir.Expr] = {}     # values over no axis (absent inputs, params): their expression
         self.scalars: Dict[str, str] = {}
         self.rounds = set()
         self.keep = None
@@ -209,7 +212,7 @@ class Builder:
         self.fail(idx, f"unsupported expression {E.to_source(node)!r}", node)
 
     def name(self, idx, node, axes):
-        """A name in an expression: a value, a constant, a param or a static dim."""
+        """A name in an expression: a value, a constant, a param or a static dim, or `inf` (float32 +inf)."""
         if node.id in self.values:
             v = self.values[node.id]
             if v.dtype == RAW:
@@ -231,21 +234,46 @@ class Builder:
             return ir.Var(node.id, ir.F32)
         if p is not None or d is not None:
             self.fail(idx, f"{node.id!r} cannot be a value: only numeric params and static dims can", node)
+        if node.id == "inf":
+            return ir.c(float("inf"), ir.F32)
         self.fail(idx, f"unknown value {node.id!r}; values so far: {sorted(self.values)}", node)
 
     def operands(self, idx, nodes, axes):
-        """The IR of an operation's operands. Literals are f32, except that an integer literal next to an
-        i32 operand is an i32 constant (`max(e - 6, 0)` on exponents)."""
+        """The IR of an operation's operands. Literals are f32, except next to an integer operand: an
+        integer literal there is a constant of that dtype (`max(e - 6, 0)` on exponents), and so is an
+        integer param or static dim. An i32 operand next to an i64 one is widened (exactly)."""
         args = [self.elementwise(idx, n, axes) for n in nodes]
-        if any(a.dtype == ir.I32 for a in args):
-            args = [a if int_literal(n) is None else ir.Const(int_literal(n), ir.I32) for n, a in zip(nodes, args)]
-        return args
+        ints = [a.dtype for a in args if a.dtype in INTS]
+        if not ints:
+            return args
+        dtype = ir.I64 if ir.I64 in ints else ir.I32
+        out = []
+        for n, a in zip(nodes, args):
+            lit = int_literal(n)
+            if lit is not None:
+                lo, hi = _INT_RANGE[dtype]
+                if not lo <= lit <= hi:
+                    self.fail(idx, f"{lit} does not fit in {dtype} (next to a {dtype} value)", n)
+                a = ir.Const(lit, dtype)
+            elif isinstance(a, ir.Var) and a.name in self.scalars and a.dtype == ir.F32 and self.integral(a.name):
+                a = ir.Var(a.name, dtype)
+            elif a.dtype == ir.I32 and dtype == ir.I64:
+                a = ir.op("to_i64", a)
+            out.append(a)
+        return out
+
+    def integral(self, name) -> bool:
+        """Whether a param or dim used as a value holds an integer (so that it takes part in integer
+        arithmetic as one)."""
+        p = self.spec.params.get(name)
+        return p is None or p.kind != "float"
 
     # -- the program ----------------------------------------------------------------------------------
     def positions(self, idx, tensor):
         """The loaded positions of a tensor addressed `at:` them (loaded once, as a value of its own)."""
         pos = self.spec.inputs[tensor.at]
-        loaded = next((st.out for st in self.steps if isinstance(st, Load) and st.tensor == pos.name and not st.fixed), None)
+        loaded = next((st.out for st in self.steps if isinstance(st, Load) and st.tensor == pos.name and not st.fixed
+                       and st.segment is None), None)
         if loaded is not None:
             return loaded
         name = f"_at_{pos.name}"

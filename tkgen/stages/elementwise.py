@@ -2,7 +2,9 @@
 
 An elementwise expression varies over the union of its operands' axes (operands broadcast). It becomes
 primitive IR (tkgen/ir.py), which the kernel and the reference print alike, so they perform the same
-operations in the same order.
+operations in the same order. Integer operators (i32 and i64, wrapping) are defined for every operand, so
+that no target traps and all agree: `a // 0` and `a % 0` are 0, `a // -1` is `-a`, and shift amounts are
+taken modulo the width (`a << 33` on i32 is `a << 1`).
 """
 from __future__ import annotations
 
@@ -10,10 +12,11 @@ from dataclasses import dataclass
 
 from .. import ir, kir
 from ..ir import I32, op
-from .base import Function, Step, Value, expr_work, function
+from .base import INTS, Function, Stage, Step, Value, expr_work, function, stage
 
 _BINOPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne", "<": "lt", "<=": "le",
-           ">": "gt", ">=": "ge", "and": "and", "or": "or"}
+           ">": "gt", ">=": "ge", "and": "and", "or": "or", "&": "bitand", "|": "bitor", "^": "bitxor"}
+_WIDTH = {ir.I32: 32, ir.I64: 64}
 
 
 @dataclass(frozen=True)
@@ -62,12 +65,38 @@ def unary(b, idx, node, a):
 
 
 def binary(b, idx, node, lhs, rhs):
-    if node.op == "/" and lhs.dtype == I32:
-        b.fail(idx, "'/' divides floats; integer values have no division", node)
+    o = node.op
+    if o == "/" and lhs.dtype in INTS:
+        b.fail(idx, "'/' divides floats; integers divide with '//' (floor) and '%'", node)
+    if o in ("//", "%", "<<", ">>"):
+        if lhs.dtype not in INTS or rhs.dtype != lhs.dtype:
+            b.fail(idx, f"operator {o!r} takes integers, found {lhs.dtype} and {rhs.dtype}", node)
+        if o in ("<<", ">>"):
+            # the amount modulo the width: every amount is defined, and the same on every target
+            amount = op("bitand", rhs, ir.Const(_WIDTH[lhs.dtype] - 1, lhs.dtype))
+            return op("shl" if o == "<<" else "shr", lhs, amount)
+        if isinstance(rhs, ir.Const) and rhs.value == 0:
+            b.fail(idx, f"operator {o!r}: division by zero", node)
+        return _divide(o, lhs, rhs)
     try:
-        return op(_BINOPS[node.op], lhs, rhs)
+        return op(_BINOPS[o], lhs, rhs)
     except (TypeError, KeyError) as e:
-        b.fail(idx, f"operator {node.op!r}: {e}", node)
+        b.fail(idx, f"operator {o!r}: {e}", node)
+
+
+def _divide(o, a, d):
+    """Floor division and modulo (Python's: the remainder has the divisor's sign), total: a divisor of 0
+    gives 0 (as in NumPy), and -1 never reaches the machine division (INT_MIN / -1 traps on x86)."""
+    dt = a.dtype
+    zero, minus_one = ir.Const(0, dt), ir.Const(-1, dt)
+    if isinstance(d, ir.Const) and d.value != -1:
+        return op("floordiv" if o == "//" else "floormod", a, d)
+    special = op("or", op("eq", d, zero), op("eq", d, minus_one))
+    safe = op("select", special, ir.Const(1, dt), d)
+    if o == "%":
+        return op("select", special, zero, op("floormod", a, safe))
+    return op("select", op("eq", d, zero), zero,
+              op("select", op("eq", d, minus_one), op("neg", a), op("floordiv", a, safe)))
 
 
 # -- functions --------------------------------------------------------------------------------------------
@@ -97,5 +126,53 @@ define(("abs",), 1, lambda fn, x: op("max", x, op("neg", x)),
 define(("clamp",), 3, lambda fn, x, lo, hi: op("min", op("max", x, lo), hi), "min(max(x, lo), hi).")
 define(("where",), 3, lambda fn, c, x, y: op("select", c, x, y), "x where c holds, else y.")
 define(("sigmoid",), 1, _sigmoid, "1 / (1 + exp(-x)).")
-define(("exp", "log", "sqrt", "rsqrt"), 1, lambda fn, x: op(fn, x),
+define(("exp", "log", "log1p", "sqrt", "rsqrt"), 1, lambda fn, x: op(fn, x),
        "The targets' library functions (mirrored by the reference: tkgen/runtime/torch_prims.py).")
+define(("fma",), 3, lambda fn, x, y, z: op("fma", x, y, z),
+       "x * y + z rounded once (CUDA); on the C target in float64, rounded once to float32 (printers.py).")
+
+
+def _convert(fn, x):
+    """to_f32: integers rounded to nearest even; to_i32, to_i64: integers wrapped, floats truncated toward
+    zero, saturating at the ends of the range, NaN to 0 (every target agrees on every input)."""
+    dst = {"to_f32": ir.F32, "to_i32": ir.I32, "to_i64": ir.I64}[fn]
+    if x.dtype not in (ir.F32, *INTS):
+        raise TypeError(f"converts numbers, found {x.dtype}")
+    if x.dtype == dst:
+        return x
+    if dst == ir.F32 or x.dtype in INTS:
+        return op(fn, x)
+    top = 2.0 ** (_WIDTH[dst] - 1)
+    lo, hi = ir.Const(-int(top), dst), ir.Const(int(top) - 1, dst)
+    inside = op("select", op("lt", x, ir.c(-top)), lo, op(fn, x))
+    return op("select", op("isnan", x), ir.Const(0, dst), op("select", op("ge", x, ir.c(top)), hi, inside))
+
+
+define(("to_f32", "to_i32", "to_i64"), 1, _convert, _convert.__doc__)
+
+
+@function("iota")
+class Iota(Function):
+    """iota(a): the index along axis `a` (i32, varying over `a` alone; inside a row block, the index of
+    the row in the block for its inner axis, and the block's index for the first axis)."""
+
+    def build(self, b, idx, node, axes):
+        axis = b.axis_arg(idx, node.args[0])
+        axes.add(axis)
+        return ir.Var(f"#{axis}", I32)
+
+
+@stage("broadcast", args=("node", "axis*"))
+class Broadcast(Stage):
+    """broadcast(v, a, ...): v, which does not vary over the axes a, ..., as a value that does (the same
+    element at every index of them): to store it to an output over those axes, or reduce it over them."""
+
+    def build(self, b, call, node, *new):
+        idx = call.index
+        axes = set()
+        e = ir.fold(b.elementwise(idx, node, axes))
+        axes = b.axes_of(e)
+        for i, a in enumerate(new):
+            if a in axes or a in new[:i]:
+                b.fail(idx, f"broadcast: the value varies over axis {a!r} already", call.args[i + 1])
+        b.add(idx, Map(b.define(idx, call.targets[0], axes | set(new), e.dtype), e))

@@ -1,13 +1,14 @@
 """Selection: `topk(v, over, new)`, the indices of the k largest elements of `v` along `over`, in the order
 of a stable descending sort (ties to the smaller index, NaN above every number, -0.0 equal to +0.0); the
-extent of `new` is k."""
+extent of `new` is k. `gather(v, i, axis)`: the elements of `v` at data-dependent indices along an axis
+(through a top-k result, say), and `topk_values(v, over, new)`, the elements top-k selects."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from .. import ir, kir
 from ..ir import F32, I32, op
-from .base import Stage, Step, Value, stage
+from .base import INTS, Call, Stage, Step, Value, stage
 
 INT_MIN = -2 ** 31
 
@@ -72,7 +73,9 @@ class TopK(Step):
             publish = kir.Store(outputs[0], lw.storage(sig, idx), ir.Encode(sig.elem, rd(pick)), rest, keep)
             lw.stored_in_loop.update(outputs)
         else:
-            publish = kir.Compute(lw.buffer(self.out), rd(pick), at=((self.new, rnd),))
+            # collected where every thread reads it: a fragment written one slice per round does not take
+            # the layout of the loops that read it (TileLang 0.1.15's layout inference fails)
+            publish = kir.Compute(lw.buffer(self.out, scope="shared"), rd(pick), at=((self.new, rnd),))
         body = (kir.Reduce(best, key, self.over, "max"),
                 kir.Compute(cand, op("select", op("eq", rd(key), rd(best)), over, ir.Size(f"N_{self.over}"))),
                 kir.Reduce(pick, cand, self.over, "min"),
@@ -89,7 +92,70 @@ class TopKStage(Stage):
         idx = call.index
         if over not in src.axes or new in src.axes:
             b.fail(idx, f"topk(v, over, new): v must vary over {over!r} and not over {new!r}")
+        if src.dtype != F32:
+            b.fail(idx, f"topk ranks float values, found {src.dtype}", call.args[0])
         b.whole_axis(idx, over, "topk", call.args[1])
         b.whole_axis(idx, new, "topk", call.args[2])
         out = b.define(idx, call.targets[0], [a for a in src.axes if a != over] + [new], I32)
         b.add(idx, TopK(out, src, over, new))
+
+
+@dataclass(frozen=True)
+class GatherAlong(Step):
+    """out = src at index[...] along `axis` (src's other axes at the statement's indices), 0 where the
+    index lies outside [0, extent)."""
+
+    out: Value
+    src: Value
+    index: Value               # integer, over any axes but `axis`
+    axis: str
+
+    def sources(self):
+        return {self.src.name, self.index.name}
+
+    def work(self, size, extent):
+        return size(self.out.axes)
+
+    def lower(self, lw):
+        """From a copy of the source that every thread can read (shared memory on CUDA): the element at
+        a data-dependent index may be held by another thread."""
+        src = lw.bufs[self.src.name]
+        staged = lw.shared_copy(self.src, self.axis)
+        pos = lw.read(self.index)
+        inside = ir.conj(*lw.inside(pos, f"N_{self.axis}"))
+        at = pos if pos.dtype == I32 else op("to_i32", pos)      # inside the axis, so exact
+        idx = tuple(at if a == self.axis else ir.Index(a, local=True) for a in src.axes)
+        lw.emit(kir.Compute(lw.buffer(self.out), ir.Read(staged.name, src.dtype, idx, inside)))
+
+
+def _gather(b, call, src, index, axis, name):
+    idx = call.index
+    if axis not in src.axes:
+        b.fail(idx, f"{src.name!r} does not vary over axis {axis!r}", call.args[2])
+    if index.dtype not in INTS:
+        b.fail(idx, f"gather: the indices are integers, found {index.dtype}", call.args[1])
+    if axis in index.axes:
+        b.fail(idx, f"gather: the indices must not vary over axis {axis!r}", call.args[1])
+    if src.dtype not in (F32, *INTS):
+        b.fail(idx, f"gather: gathers numbers, found {src.dtype}", call.args[0])
+    b.whole_axis(idx, axis, "gather", call.args[2])
+    out = b.define(idx, name, (set(src.axes) - {axis}) | set(index.axes), src.dtype)
+    b.add(idx, GatherAlong(out, src, index, axis))
+
+
+@stage("gather", args=("value", "value", "axis"))
+class Gather(Stage):
+    """gather(v, i, axis): v at the integer indices i along axis, over i's axes and v's others."""
+
+    def build(self, b, call, src, index, axis):
+        _gather(b, call, src, index, axis, call.targets[0])
+
+
+@stage("topk_values", args=("value", "axis", "axis"))
+class TopKValues(Stage):
+    """topk_values(v, over, new): the elements of v that topk(v, over, new) selects, in its order."""
+
+    def build(self, b, call, src, over, new):
+        picks = f"_{call.targets[0]}_picks"
+        TopKStage().build(b, Call(call.index, "topk", (picks,), call.args, call.col), src, over, new)
+        _gather(b, call, src, b.values[picks], over, call.targets[0])
