@@ -22,7 +22,7 @@ from . import formats as F
 from . import schedule as S
 from .autograd import plan as autograd_plan
 from .lower import lower_program
-from .model import binding
+from .checks import binding
 from .print_tilelang import print_factory
 from .print_torch import print_reference
 from .printers import TileLangPrinter, TorchPrinter, function_lines

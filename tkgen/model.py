@@ -16,7 +16,6 @@ from . import checks
 from . import expr as E
 from . import formats as F
 from . import safety
-from .checks import binding  # noqa: F401  (the printers and generate take it from here)
 from .loader import Document, SpecError, read
 from .safety import listing, short
 

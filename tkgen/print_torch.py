@@ -15,7 +15,7 @@ from typing import List, Optional
 from . import ir, kir
 from . import pyexpr as P
 from .ir import F32, I32, I64, RAW, U32
-from .model import binding
+from .checks import binding
 from .printers import TorchPrinter
 from .signature import INT_ELEMS, INT_STORAGE, TORCH_OF_DTYPE
 
