@@ -11,6 +11,8 @@ from tkgen import registry
 from tkgen.stages import FUNCTIONS, STAGES, Step
 from tkgen.stages import base as stage_base
 
+from test_spec_errors import _check
+
 TKGEN = registry.REPO / "tkgen"
 DOCS = (registry.REPO / "docs" / "spec-language.md").read_text()
 
@@ -141,22 +143,13 @@ def test_an_error_of_a_lowering_points_at_its_stage(tmp_path, monkeypatch):
 TOPK = (registry.specs_dir() / "moe" / "topk_gate.yaml").read_text()
 
 
-def _error(tmp_path, text):
-    from tkgen.model import validate_files
-    p = tmp_path / "op.yaml"
-    p.write_text(text)
-    errors = validate_files([p], registry.specs_dir())
-    assert len(errors) == 1, errors
-    return errors[0]
-
-
 def test_validate_rejects_what_generate_would_lower_wrongly(tmp_path):
     """Each of these validated before and generated kernels that read out of bounds or combined blocks'
     results wrongly."""
-    e = _error(tmp_path, SWIGLU.replace("b0 = take(xf, s, 1)", "b0 = take(xf, s, 2)"))
+    e = _check(tmp_path, SWIGLU.replace("b0 = take(xf, s, 1)", "b0 = take(xf, s, 2)"))
     assert e.field_path == ("compute", 3) and "axis 's' has 2 indices" in e.message
     text = TOPK.replace("idx = topk(s, e, j)", "idx = topk(s, t, j)")
-    e = _error(tmp_path, text)
+    e = _check(tmp_path, text)
     assert e.field_path == ("compute", 1) and "runs along the rows" in e.message
     # a stage's argument error points at the argument's column
     line = text.splitlines()[e.line - 1]

@@ -156,6 +156,11 @@ class TopKValues(Stage):
     """topk_values(v, over, new): the elements of v that topk(v, over, new) selects, in its order."""
 
     def build(self, b, call, src, over, new):
-        picks = f"_{call.targets[0]}_picks"
-        TopKStage().build(b, Call(call.index, "topk", (picks,), call.args, call.col), src, over, new)
-        _gather(b, call, src, b.values[picks], over, call.targets[0])
+        """The selection of an equal topk already built is reused (its indices are then read twice)."""
+        same = next((st.out for st in b.steps
+                     if isinstance(st, TopK) and (st.src, st.over, st.new) == (src, over, new)), None)
+        if same is None:
+            same = f"_{call.targets[0]}_picks"
+            TopKStage().build(b, Call(call.index, "topk", (same,), call.args, call.col), src, over, new)
+            same = b.values[same]
+        _gather(b, call, src, same, over, call.targets[0])
