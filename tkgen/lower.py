@@ -200,6 +200,8 @@ class Lowering:
             return op("from_bits", op("shl", ir.Decode("uint8", fetch, U32), ir.u32(23)))
         if sig.elem in INT_ELEMS:
             return ir.Decode(sig.elem, fetch, I64 if sig.elem == "int64" else I32)
+        if sig.multi and all(dt in INT_ELEMS for dt in sig.dtypes):
+            return ir.Decode(sig.elem, fetch, I32)      # int32 or int64 at the call: carried as int32
         return ir.Decode(sig.elem, fetch, F32)
 
     def packed_code(self, sig: TensorSig, logical, guard) -> ir.Expr:
