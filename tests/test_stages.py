@@ -154,3 +154,29 @@ def test_validate_rejects_what_generate_would_lower_wrongly(tmp_path):
     # a stage's argument error points at the argument's column
     line = text.splitlines()[e.line - 1]
     assert line[e.col - 1:].startswith("t, j)"), (line, e.col)
+
+
+MANY_AXES = """\
+op: many_axes
+family: demo
+doc: Four axes that a schedule would split across blocks, one more than a grid has.
+dims:
+  T: {dynamic: true, doc: rows}
+  A: {doc: a, min: 1, max: 64}
+  B: {doc: b, min: 1, max: 64}
+  C: {doc: c, min: 1, max: 64}
+axes: {t: T, a: A, b: B, c: C}
+inputs:
+  x: {dtype: fp32, shape: [T, A, B, C], view: [t, a, b, c], values: {specials: [max]}}
+outputs:
+  y: {dtype: fp32, shape: [T, A, B, C], view: [t, a, b, c]}
+compute:
+  - y = load(x) * 2
+"""
+
+
+def test_a_schedule_the_kernels_cannot_take_points_at_the_schedule(tmp_path):
+    e = _check(tmp_path, MANY_AXES)
+    assert e.field_path == ("axes",) and e.line == 9 and "at most three axes" in e.message
+    e = _check(tmp_path, MANY_AXES + "schedule:\n  cpu: {block: {t: 1}}\n")
+    assert e.field_path == ("schedule", "cpu") and "cpu schedule" in e.message

@@ -74,7 +74,12 @@ def kernel_module(catalog, spec, arch, header, naive=None):
     factories, helpers = [], set()
     sched = S.resolve(spec, arch)
     for variant, program, module in naive or naive_modules(catalog, spec):
-        scheduled = S.apply(module, spec.resolved(variant), program, catalog, arch, sched)
+        try:
+            scheduled = S.apply(module, spec.resolved(variant), program, catalog, arch, sched)
+        except ValueError as e:      # a schedule the kernels cannot take: reported at the spec's schedule
+            where = ("schedule", arch.name) if arch.name in spec.schedule else \
+                ("schedule",) if spec.schedule else ("axes",)
+            raise spec.doc_ref.error(where, f"the {arch.name} schedule: {e}") from None
         lines, used = print_factory(catalog, arch, scheduled, f"build_{spec.variant_name(variant)}")
         factories.append("\n".join(lines))
         helpers |= used
