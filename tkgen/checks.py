@@ -255,14 +255,39 @@ def check_tensors(doc, spec):
                     raise doc.error(base + ("values", "range"), f"empty range [{lo}, {hi}]")
 
 
+def binding(node, dims):
+    """(dim, factor) when a shape entry is a dim or a constant multiple of one (`H`, `2 * H`), else None:
+    the size of that tensor dim binds the dim at call time."""
+    if isinstance(node, E.Name) and node.id in dims:
+        return node.id, 1
+    if isinstance(node, E.Binary) and node.op == "*":
+        for k, n in ((node.lhs, node.rhs), (node.rhs, node.lhs)):
+            if isinstance(k, E.Num) and isinstance(k.value, int) and k.value > 0 and isinstance(n, E.Name) and n.id in dims:
+                return n.id, k.value
+    return None
+
+
 def check_bindings(doc, spec):
-    """Every dim's size is read from an input's shape at the call (`H`, or a multiple `2 * H`)."""
-    from .model import binding
-    bound = {binding(s, spec.dims)[0] for t in spec.inputs.values() for s in t.shape if binding(s, spec.dims)}
-    for name in spec.dims:
-        if name not in bound:
-            raise doc.key_error(("dims", name), f"dim {name!r} appears in no input's shape as `{name}` or "
-                                                f"`k * {name}`, so a call cannot know its size")
+    """Every dim's size is read from an input's shape at the call (`H`, or a multiple `2 * H`), whatever
+    the call leaves out: a dim that only an optional input's shape names would be unknown when that input
+    is None (except a runtime size of tensors addressed `at:` positions, which sizes nothing else). The last
+    dim of a scale input does not bind (a packed scale may end in a partial word)."""
+    def binds(t):
+        shape = t.shape[:-1] if t.scale_ref else t.shape
+        return {binding(s, spec.dims)[0] for s in shape if binding(s, spec.dims)}
+    required = set().union(*[binds(t) for t in spec.inputs.values() if not t.optional])
+    for name, dim in spec.dims.items():
+        if name in required:
+            continue
+        given = [t.name for t in spec.inputs.values() if name in binds(t)]
+        if given and dim.dynamic and name != spec.dynamic_dim:
+            continue
+        if given:
+            raise doc.key_error(("dims", name), f"dim {name!r} is bound only by the shape of optional input "
+                                                f"{given[0]!r}: a call without it cannot know its size; name it "
+                                                "in a required input's shape")
+        raise doc.key_error(("dims", name), f"dim {name!r} appears in no input's shape as `{name}` or "
+                                            f"`k * {name}`, so a call cannot know its size")
 
 
 def check_schedule(doc, spec, path, block_layer):

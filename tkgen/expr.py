@@ -10,7 +10,9 @@ Grammar (precedence from loose to tight):
     stmt    := targets '=' expr
     targets := NAME (',' NAME)*
     expr    := or ;  or := and ('or' and)* ;  and := not ('and' not)* ;  not := 'not' not | cmp
-    cmp     := sum (('=='|'!='|'<'|'<='|'>'|'>=') sum)?
+    cmp     := bor (('=='|'!='|'<'|'<='|'>'|'>=') bor)?
+    bor     := bxor ('|' bxor)* ;  bxor := band ('^' band)* ;  band := shift ('&' shift)*
+    shift   := sum (('<<'|'>>') sum)*
     sum     := prod (('+'|'-') prod)* ;  prod := unary (('*'|'/'|'//'|'%') unary)*
     unary   := '-' unary | atom ;  atom := NUMBER | STRING | NAME | NAME '(' args ')' | '(' expr ')'
 """
@@ -86,14 +88,17 @@ class Statement:
 _TOKEN = re.compile(
     r"\s*(?:(?P<num>0[xX][0-9a-fA-F]+|\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|\d+(?:[eE][-+]?\d+)?)"
     r"|(?P<str>'[^']*'|\"[^\"]*\")|(?P<name>[A-Za-z_][A-Za-z_0-9]*)"
-    r"|(?P<op>//|==|!=|<=|>=|[-+*/%<>(),=]))"
+    r"|(?P<op>//|==|!=|<=|>=|<<|>>|[-+*/%<>(),=&|^]))"
 )
 _KEYWORDS = {"and", "or", "not"}
 _BINARY_PRECEDENCE = {
     "or": 1, "and": 2,
     "==": 4, "!=": 4, "<": 4, "<=": 4, ">": 4, ">=": 4,
+    "|": 4.2, "^": 4.4, "&": 4.6, "<<": 4.8, ">>": 4.8,     # as in Python: between comparisons and sums
     "+": 5, "-": 5, "*": 6, "/": 6, "//": 6, "%": 6,
 }
+# operators of integer compute only: constant expressions (shapes, sizes, requirements) do not take them
+BIT_OPERATORS = frozenset({"|", "^", "&", "<<", ">>"})
 
 
 def _tokenize(text: str):
@@ -360,6 +365,9 @@ def constant_kind(node: Node, kinds: Mapping[str, str]) -> str:
             if lhs != "bool" or rhs != "bool":
                 raise ExprError(f"`{node.op}` joins conditions, found {lhs} and {rhs}", col=node.col)
             return "bool"
+        if node.op in BIT_OPERATORS:
+            raise ExprError(f"`{node.op}` is integer compute (compute statements); shapes, sizes and "
+                            "requirements do not take it", col=node.col)
         if node.op in ("==", "!=") and lhs == rhs == "str":
             return "bool"                 # a structural param against one of its values: `scale != 'ue8m0'`
         if "str" in (lhs, rhs) or "bool" in (lhs, rhs):

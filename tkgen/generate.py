@@ -21,8 +21,8 @@ from . import expr as E
 from . import formats as F
 from . import schedule as S
 from .autograd import plan as autograd_plan
-from .lower import lower_program, topk_key
-from .model import binding
+from .lower import lower_program
+from .checks import binding
 from .print_tilelang import print_factory
 from .print_torch import print_reference
 from .printers import TileLangPrinter, TorchPrinter, function_lines
@@ -30,7 +30,7 @@ from .pyexpr import py_expr
 from .safety import audit_all, comment, docstring as docstring_literal
 from .signature import codec as sig_codec
 from .signature import resolve as resolve_sig
-from .stages import build_program
+from .stages import build_program, topk_key
 
 TEMPLATES = Path(__file__).parent / "templates"
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True, lstrip_blocks=True,
@@ -75,7 +75,12 @@ def kernel_module(catalog, spec, arch, header, naive=None):
     factories, helpers = [], set()
     sched = S.resolve(spec, arch)
     for variant, program, module in naive or naive_modules(catalog, spec):
-        scheduled = S.apply(module, spec.resolved(variant), program, catalog, arch, sched)
+        try:
+            scheduled = S.apply(module, spec.resolved(variant), program, catalog, arch, sched)
+        except ValueError as e:      # a schedule the kernels cannot take: reported at the spec's schedule
+            where = ("schedule", arch.name) if arch.name in spec.schedule else \
+                ("schedule",) if spec.schedule else ("axes",)
+            raise spec.doc_ref.error(where, f"the {arch.name} schedule: {e}") from None
         lines, used = print_factory(catalog, arch, scheduled, f"build_{spec.variant_name(variant)}")
         factories.append("\n".join(lines))
         helpers |= used

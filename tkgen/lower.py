@@ -1,8 +1,9 @@
 """Stage 3: lower one variant's stage program to the naive kernel IR (tkgen/kir.py).
 
-Every value of the program becomes a tile buffer over its axes, every load a `Compute` of decoded tensor
-elements, every output a `Store` of encoded values; the stage algorithms (top-k, counts, packed stores)
-expand into statements here, once, for the reference and every target. Nothing here knows a target: the
+Every value of the program becomes a tile buffer over its axes and every output a `Store` of encoded
+values. Each program step lowers itself (`Step.lower`, in the stage's module under tkgen/stages/): this
+class holds what the stages share, the buffers, the reads of tensor elements (views, packed codes), the
+semantic guards and the stores, once, for the reference and every target. Nothing here knows a target: the
 module holds each axis whole in one block, which is what the reference runs, and the schedule
 (tkgen/schedule.py) rewrites it into kernels. The only guards are the semantic ones: rows of a partial row
 block, rows left out by keep_rows, positions outside the tensor they address.
@@ -16,47 +17,20 @@ from . import expr as E
 from . import formats as F
 from . import ir, kir
 from . import pyexpr as P
-from .ir import BOOL, F32, I32, I64, RAW, U32, op
+from .ir import F32, I32, I64, RAW, U32, op
 from .signature import INT_ELEMS, TensorSig, signature
-from .stages import Copy, Count, Gather, Load, Map, Reduce, StageError, TopK
+from .stages import StageError
+from .stages import neutral, topk_key  # noqa: F401  (the schedule and generate take them from here)
 
 # names the printers generate (loop, block and size variables, kernel symbols): a value named like one
 # gets a `v_` prefix
 _GENERATED = re.compile(r"^(?:[ibBNnr]_|pid$|kernel$|T_?$|bid$|blocks$|threads$)")
-_NEUTRAL = {"absmax": 0.0, "sum": 0.0, "max": float("-inf"), "min": float("inf")}
-_INT_NEUTRAL = {"max": -2 ** 31, "min": 2 ** 31 - 1, "sum": 0}
-INT_MIN = -2 ** 31
-
-
-def neutral(kind: str, dtype: str) -> ir.Const:
-    """The value that leaves a reduction unchanged (what padding and masked elements must hold)."""
-    if dtype in (I32, I64):
-        return ir.Const(_INT_NEUTRAL[kind], dtype)
-    return ir.c(_NEUTRAL[kind])
-
-
 def _add(a, b):
     return op("add", a, b)
 
 
 def _mul(a, b):
     return op("mul", a, b)
-
-
-def topk_key() -> ir.Function:
-    """float32 -> int32 key whose integer order is the order of a stable descending sort on floats.
-
-    -0.0 becomes +0.0 (they tie) and every NaN becomes one canonical NaN that ranks above +inf.
-    """
-    b = ir.Builder()
-    x = ir.Var("x", F32)
-    # isnan, not `x != x`: compilers fold the self-comparison to false. (Testing the bits instead made
-    # TileLang's lowering of the top-k loop ten times slower.)
-    canon = op("select", op("isnan", x), op("from_bits", ir.u32(0x7FC00000)),
-               op("select", op("eq", x, ir.c(0.0)), ir.c(0.0), x))
-    s = b.let("s", op("u32_to_i32", op("bits", canon)))
-    key = op("select", op("lt", s, ir.i32(0)), op("bitxor", s, ir.i32(0x7FFFFFFF)), s)
-    return ir.Function("order_key", (x,), tuple(b.lets), key, "float32 -> int32 key ordered like a stable sort")
 
 
 class Lowering:
@@ -78,13 +52,24 @@ class Lowering:
         self.stored_in_loop = set()                  # outputs a stage stored itself (top-k, round by round)
 
     # -- buffers and indices ----------------------------------------------------------------------------
-    def buffer(self, value, dtype=None, elem=None) -> kir.Buffer:
+    def buffer(self, value, dtype=None, elem=None, scope="tile") -> kir.Buffer:
+        """The tile buffer of a value (made on first use)."""
         if value.name not in self.bufs:
             name = value.name + "_tile" if value.name in self.spec.tensors else value.name
             if _GENERATED.match(name):
                 name = "v_" + name
-            self.bufs[value.name] = kir.Buffer(name, value.axes, dtype or value.dtype, elem=elem)
+            self.bufs[value.name] = kir.Buffer(name, value.axes, dtype or value.dtype, scope, elem=elem)
         return self.bufs[value.name]
+
+    def shared_copy(self, value, axis) -> kir.Buffer:
+        """A copy of a value's tile that every thread can read (shared memory on CUDA), for stages that read
+        it along `axis` at indices other threads hold; made once per value."""
+        key = f"{value.name}@{axis}"         # not a value name
+        if key not in self.bufs:
+            src = self.bufs[value.name]
+            self.bufs[key] = kir.Buffer(f"{src.name}_by_{axis}", src.axes, src.dtype, "shared")
+            self.emit(kir.Compute(self.bufs[key], ir.Read(src.name, src.dtype)))
+        return self.bufs[key]
 
     def read(self, value) -> ir.Read:
         b = self.bufs[value.name]
@@ -101,9 +86,42 @@ class Lowering:
                 idx = _add(_mul(idx, ir.Size(f"N_{a}")), part)
         return idx
 
-    def logical(self, sig: TensorSig, fixed=()) -> tuple:
+    def logical(self, sig: TensorSig, fixed=(), segment=None) -> tuple:
+        """The logical indices of the tensor's element at the current indices of its view; for a segment,
+        its segmented dim at the segment's offset plus the index of the segment's own axes."""
         fixed = dict(fixed)
-        return tuple(self.group_index(g, fixed) for g in sig.view)
+        if segment is None:
+            return tuple(self.group_index(g, fixed) for g in sig.view)
+        dim, parts = sig.segments
+        names = [n for n, _ in parts]
+        offset = None
+        for _, group in parts[:names.index(segment)]:
+            offset = _add(offset, self.extent(group)) if offset is not None else self.extent(group)
+        inner = self.group_index(dict(parts)[segment], fixed) or ir.i32(0)
+        at = inner if offset is None else _add(offset, inner)
+        return tuple(at if i == dim else self.group_index(g, fixed) for i, g in enumerate(sig.view))
+
+    @staticmethod
+    def extent(group) -> ir.Expr:
+        """The number of indices of a group of axes (1 for none)."""
+        out = ir.i32(1)
+        for a in group:
+            out = ir.Size(f"N_{a}") if out == ir.i32(1) else _mul(out, ir.Size(f"N_{a}"))
+        return out
+
+    def check_segments(self, sig: TensorSig):
+        """The factory checks that the segments of a dim add up to its size."""
+        dim, parts = sig.segments
+        total = None
+        for _, group in parts:
+            size = E.Num(1)
+            for a in group:
+                size = P.mul(size, E.Name(f"N_{a}")) if size != E.Num(1) else E.Name(f"N_{a}")
+            total = size if total is None else E.Binary("+", total, size)
+        check = (E.Binary("==", total, sig.shape[dim]),
+                 f"{sig.name}: its segments {', '.join(n for n, _ in parts)} must fill dim {dim} exactly")
+        if check not in self.checks:
+            self.checks.append(check)
 
     @staticmethod
     def storage(sig: TensorSig, logical) -> tuple:
@@ -126,6 +144,13 @@ class Lowering:
         if self.keep is not None and self.dyn_axis in axes and not self.row_inner:
             conds.append(self.keep)
         return ir.conj(*conds)
+
+    @staticmethod
+    def inside(pos: ir.Expr, size: str) -> tuple:
+        """The conditions under which an index (i32 or i64) lies in [0, size) (`n_<tensor>`: a tensor
+        addressed at positions, `N_<axis>`: an axis)."""
+        n = ir.Size(size)
+        return op("ge", pos, ir.Const(0, pos.dtype)), op("lt", pos, n if pos.dtype == I32 else op("to_i64", n))
 
     def emit(self, st):
         self.body.append(kir.map_exprs([st], ir.fold)[0])
@@ -153,9 +178,10 @@ class Lowering:
             return None
         return ir.rebuild(e, fn)
 
-    def decoded(self, sig: TensorSig, fixed, axes) -> ir.Expr:
-        """The value of the tensor's element at the current indices (its view, `fixed` axes pinned)."""
-        logical = self.logical(sig, fixed)
+    def decoded(self, sig: TensorSig, fixed, axes, segment=None) -> ir.Expr:
+        """The value of the tensor's element at the current indices (its view, `fixed` axes pinned, or one
+        segment of it)."""
+        logical = self.logical(sig, fixed, segment)
         guard = self.row_guard(axes)
         if sig.packing is not None:
             code = self.packed_code(sig, logical, guard)
@@ -167,11 +193,15 @@ class Lowering:
                 self.emit(kir.Compute(tile, code))
                 return ir.Decode(sig.fmt.name, ir.Read(tile.name, U32), F32)
             return op("from_bits", op("shl", code, ir.u32(23)))       # a UE8M0 byte: 2^(byte - 127)
-        fetch = ir.Fetch(sig.name, self.storage(sig, logical), guard, view=self.view(sig, fixed))
+        # a segment is read at computed indices (the reference gathers it), a view through its reshape
+        view = None if segment is not None else self.view(sig, fixed)
+        fetch = ir.Fetch(sig.name, self.storage(sig, logical), guard, view=view)
         if sig.scale is not None and sig.scale.store == "exponent_byte":
             return op("from_bits", op("shl", ir.Decode("uint8", fetch, U32), ir.u32(23)))
         if sig.elem in INT_ELEMS:
-            return ir.Decode(sig.elem, fetch, I32)
+            return ir.Decode(sig.elem, fetch, I64 if sig.elem == "int64" else I32)
+        if sig.multi and all(dt in INT_ELEMS for dt in sig.dtypes):
+            return ir.Decode(sig.elem, fetch, I32)      # int32 or int64 at the call: carried as int32
         return ir.Decode(sig.elem, fetch, F32)
 
     def packed_code(self, sig: TensorSig, logical, guard) -> ir.Expr:
@@ -205,120 +235,6 @@ class Lowering:
         crosses = op("gt", _add(r, ir.i32(width)), ir.i32(wb))
         return op("bitand", op("bitor", lo, op("select", crosses, hi, ir.u32(0))), mask)
 
-    # -- steps ------------------------------------------------------------------------------------------
-    def lower_step(self, st):
-        out = st.out
-        if isinstance(st, Load):
-            sig = self.sigs[st.tensor]
-            self.emit(kir.Compute(self.buffer(out), self.decoded(sig, st.fixed, out.axes)))
-            if self.row_guard(out.axes) is not None:
-                self.zero_filled.add(out.name)
-        elif isinstance(st, Copy):
-            sig = self.sigs[st.tensor]
-            fetch = ir.Fetch(st.tensor, self.storage(sig, self.logical(sig)), self.row_guard(out.axes),
-                             view=self.view(sig))
-            self.emit(kir.Compute(self.buffer(out, RAW, sig.elem), fetch))
-        elif isinstance(st, Gather):
-            sig = self.sigs[st.tensor]
-            pos = self.read(st.index)
-            n = ir.Size(f"n_{st.tensor}")
-            guard = ir.conj(self.row_guard(out.axes), op("ge", pos, ir.i32(0)), op("lt", pos, n))
-            fetch = ir.Fetch(st.tensor, (pos,), guard)
-            dtype = I32 if sig.elem in INT_ELEMS else F32
-            self.emit(kir.Compute(self.buffer(out), ir.Decode(sig.elem, fetch, dtype)))
-        elif isinstance(st, Map):
-            self.emit(kir.Compute(self.buffer(out), self.convert(st.expr)))
-            if self.program.keep is not None and out.name == self.program.keep.name:
-                self.keep = self.read(out)
-        elif isinstance(st, Reduce):
-            self.reduce(st)
-        elif isinstance(st, TopK):
-            self.topk(st)
-        elif isinstance(st, Count):
-            self.count(st)
-        else:
-            raise TypeError(st)
-
-    def reduce(self, st: Reduce):
-        """A reduction; over the rows inside row blocks (or over kept rows), elements outside the tensor
-        hold the reduction's neutral value: loads already give 0, which serves absmax and sum of loaded
-        data; anything else is reduced from a masked copy. A zero result of a float max or min is +0.0:
-        which zero a reduction keeps depends on its order, and the canonical one does not."""
-        src = self.bufs[st.src.name]
-        mask = None
-        if st.axis == self.row_inner:
-            mask = self.row_guard(src.axes)
-        elif st.axis == self.dyn_axis and self.keep is not None:
-            mask = self.keep
-        if mask is not None and not (st.kind in ("absmax", "sum") and st.src.name in self.zero_filled):
-            masked = kir.Buffer(f"{src.name}_for_{st.kind}_over_{st.axis}", src.axes, src.dtype)
-            self.emit(kir.Compute(masked, op("select", mask, ir.Read(src.name, src.dtype),
-                                             neutral(st.kind, src.dtype))))
-            src = masked
-        dst = self.buffer(st.out)
-        self.emit(kir.Reduce(dst, src, st.axis, st.kind))
-        if st.kind in ("max", "min") and dst.dtype == F32:
-            self.emit(kir.Compute(dst, op("add", ir.Read(dst.name, F32), ir.c(0.0))))
-        if st.kind in ("absmax", "sum") and st.src.name in self.zero_filled:
-            self.zero_filled.add(st.out.name)
-
-    def topk(self, st: TopK):
-        """k rounds over the order keys: the largest key, then the smallest index holding it, which is the
-        round's pick; that index then ranks below every key. Keys past the extent of the selected axis rank
-        below every key too, so they are never picked (k <= extent). A result that is only an output is
-        stored round by round; one that later stages read is collected in a tile first. (One reduction over
-        int64 keys packing the index into the low word was tried: 9% slower on an H200 for 256 experts,
-        k = 8, since every step of it is two shuffles and a 64-bit compare.)"""
-        src = self.bufs[st.src.name]
-        rest = tuple(a for a in src.axes if a != st.over)
-        name = st.out.name + "_tile" if st.out.name in self.spec.tensors else st.out.name
-        key = kir.Buffer(f"{name}_key", src.axes, I32, pad_safe=True)
-        cand = kir.Buffer(f"{name}_cand", src.axes, I32, pad_safe=True)
-        best = kir.Buffer(f"{name}_best", rest, I32)
-        pick = kir.Buffer(f"{name}_pick", rest, I32)
-        self.helpers.add("order_key")
-        rd = lambda b: ir.Read(b.name, b.dtype)  # noqa: E731
-        over = ir.Index(st.over, local=True)
-        valid = op("lt", over, ir.Size(f"N_{st.over}"))
-        self.emit(kir.Compute(key, op("select", valid, ir.Call("order_key", (rd(src),), I32), ir.i32(INT_MIN))))
-        rnd = ir.Var(f"r_{st.new}", I32)
-        outputs = [t for t, v in self.program.outputs.items() if v.name == st.out.name]
-        read_later = any(st.out.name in _sources(x) for x in self.program.steps)
-        if outputs and not read_later:
-            sig = self.sigs[outputs[0]]
-            idx = tuple(self.group_index(g, {}) if st.new not in g else
-                        ir.rebuild(self.group_index(g, {}), lambda n: rnd if n == ir.Index(st.new) else None)
-                        for g in sig.view)
-            keep = self.row_guard(rest)
-            publish = kir.Store(outputs[0], self.storage(sig, idx), ir.Encode(sig.elem, rd(pick)), rest, keep)
-            self.stored_in_loop.update(outputs)
-        else:
-            publish = kir.Compute(self.buffer(st.out), rd(pick), at=((st.new, rnd),))
-        body = (kir.Reduce(best, key, st.over, "max"),
-                kir.Compute(cand, op("select", op("eq", rd(key), rd(best)), over, ir.Size(f"N_{st.over}"))),
-                kir.Reduce(pick, cand, st.over, "min"),
-                publish,
-                kir.Compute(key, op("select", op("eq", over, rd(pick)), ir.i32(INT_MIN), rd(key))))
-        # unrolled while short: the rounds overlap (3-4% faster for k = 8 on an H200)
-        self.emit(kir.Loop(rnd.name, ir.Size(f"N_{st.new}"), tuple(kir.map_exprs(body, ir.fold)), kind="unroll",
-                           limit=16))
-
-    def count(self, st: Count):
-        """This op's count of the elements where a condition holds (rows outside the tensor, rows not kept
-        and padding count nothing): 1/0 in an int32 tile, reduced over its axes one at a time (last
-        first). Each block adds its count into the output (the store accumulates)."""
-        ones = kir.Buffer(f"{st.out.name}_ones", st.axes, I32)
-        cond = ir.conj(self.row_guard(st.axes), self.convert(st.expr))
-        self.emit(kir.Compute(ones, op("select", cond, ir.i32(1), ir.i32(0))))
-        axes, src = list(st.axes), ones
-        while axes:
-            axis = axes.pop()
-            dst = kir.Buffer(f"{st.out.name}_by_{axes[-1]}", tuple(axes), I32) if axes else self.buffer(st.out)
-            self.emit(kir.Reduce(dst, src, axis, "sum"))
-            src = dst
-        if not st.axes:
-            self.emit(kir.Compute(self.buffer(st.out), ir.i32(0)))
-
     # -- outputs ----------------------------------------------------------------------------------------
     def store(self, tname, value):
         sig = self.sigs[tname]
@@ -340,7 +256,7 @@ class Lowering:
             enc = ir.Encode(sig.elem, v)
         if sig.at:
             pos = self.read(self.program.values[self.program.at[tname]])
-            guard = ir.conj(guard, op("ge", pos, ir.i32(0)), op("lt", pos, ir.Size(f"n_{tname}")))
+            guard = ir.conj(guard, *self.inside(pos, f"n_{tname}"))
             self.emit(kir.Store(tname, (pos,), enc, value.axes, guard, accumulate=True))
         elif sig.packing is not None:
             self.store_packed(sig, value, enc, guard)
@@ -414,9 +330,9 @@ class Lowering:
             stored.setdefault(v.name, []).append(tname)
         for st in p.steps:
             try:
-                self.lower_step(st)
+                st.lower(self)
             except (TypeError, KeyError, ValueError) as e:
-                raise StageError(getattr(st, "stage_index", len(self.spec.stages) - 1), str(e)) from None
+                raise StageError(st.stage_index if st.stage_index >= 0 else len(self.spec.stages) - 1, str(e)) from None
             for tname in stored.get(st.out.name, ()):
                 if tname not in self.stored_in_loop:
                     self.store(tname, st.out)
@@ -431,17 +347,6 @@ class Lowering:
                           (kir.Kernel("main", tuple(self.body)),), dims, dtype_args, dynamic, tuple(self.checks),
                           keep=keep, meta={"helpers": set(self.helpers), "sigs": self.sigs, "dtypes": {
                               n: s.dtypes for n, s in self.sigs.items() if s.role == "input" and s.multi and not s.like}})
-
-
-def _sources(st) -> set:
-    """The values a program step reads."""
-    if isinstance(st, (Map, Count)):
-        return ir.var_names(st.expr)
-    if isinstance(st, (Reduce, TopK)):
-        return {st.src.name}
-    if isinstance(st, Gather):
-        return {st.index.name}
-    return set()
 
 
 def lower_program(catalog, spec, variant, program) -> kir.Module:

@@ -15,6 +15,7 @@ from typing import Dict, Optional, Tuple
 from . import checks
 from . import expr as E
 from . import formats as F
+from . import safety
 from .loader import Document, SpecError, read
 from .safety import listing, short
 
@@ -84,6 +85,15 @@ class Tensor:
     when: Optional[str] = None               # outputs: written only when this optional input or optional
                                              # param is given, or this boolean param is true
     at: Optional[str] = None                 # an integer input holding flat positions in this tensor (no view)
+    # inputs: one dim split into named segments of unequal length, read one at a time (`load(kv, k)`):
+    # (dim, ((segment, axes), ...)); the view holds that dim's axes, each once, in order
+    segments: Optional[Tuple[int, Tuple[Tuple[str, Tuple[str, ...]], ...]]] = None
+
+    def segment_axes(self, segment: str) -> Tuple[str, ...]:
+        """The axes of a load of one segment: the view with the segmented dim indexed by its own axes."""
+        dim, parts = self.segments
+        group = dict(parts)[segment]
+        return tuple(a for i, g in enumerate(self.view) for a in (group if i == dim else g))
 
     @property
     def axes(self) -> Tuple[str, ...]:
@@ -95,18 +105,6 @@ class Tensor:
             if variant.get(param) is True:
                 return dataclasses.replace(self, shape=shape, shape_text=text, view=view, layouts=())
         return dataclasses.replace(self, layouts=()) if self.layouts else self
-
-
-def binding(node, dims):
-    """(dim, factor) when a shape entry is a dim or a constant multiple of one (`H`, `2 * H`), else None:
-    the size of that tensor dim binds the dim at call time."""
-    if isinstance(node, E.Name) and node.id in dims:
-        return node.id, 1
-    if isinstance(node, E.Binary) and node.op == "*":
-        for k, n in ((node.lhs, node.rhs), (node.rhs, node.lhs)):
-            if isinstance(k, E.Num) and isinstance(k.value, int) and k.value > 0 and isinstance(n, E.Name) and n.id in dims:
-                return n.id, k.value
-    return None
 
 
 @dataclass(frozen=True)
@@ -450,7 +448,10 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
     def tensor(role, name, t):
         base = (role + "s", name)
         claim(name, role, base)
-        shape, view = layout(base, t)
+        shape, view, segments = layout(base, t)
+        if segments is not None and (role != "input" or set(t) & {"format", "scale_format", "at"}):
+            raise doc.error(base + ("view", segments[0]), "segments split the dim of an input of plain dtype "
+                                                          "(dtype, dtypes or like)")
         for i, s in enumerate(shape):
             extra = [n for n in E.names(s) if n in dims and dims[n].dynamic and n != dyn[0]]
             if extra and "at" not in t:
@@ -467,7 +468,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
                 raise doc.error(path, "only outputs can change layout with a param")
             if param not in params or not params[param].boolean:
                 raise doc.error(path, f"{param!r} is not a boolean param (one_of: [false, true])")
-            ashape, aview = layout(path, alt)
+            ashape, aview, _ = layout(path, alt)
             if sorted(a for g in aview for a in g) != sorted(a for g in view for a in g):
                 raise doc.error(path + ("view",), "the layout must use the same axes as the tensor's view")
             when.append((param, ashape, tuple(str(x) for x in alt["shape"]), aview))
@@ -516,15 +517,30 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
                 raise doc.error(base + ("layout",), "a layout applies to 2-D outputs")
         return Tensor(name, role, t.get("doc", ""), dtypes, t.get("format"), t.get("scale_format"), t.get("layout"), shape,
                       tuple(str(s) for s in t["shape"]), view, exact, dict(t.get("values", {})), tuple(when),
-                      bool(t.get("optional", False)), t.get("absent"), like, optional_when, t.get("at"))
+                      bool(t.get("optional", False)), t.get("absent"), like, optional_when, t.get("at"), segments)
 
     def layout(base, t):
         shape = tuple(_parse(doc, base + ("shape", i), s) for i, s in enumerate(t["shape"]))
         for i, s in enumerate(shape):
             _check_names(doc, base + ("shape", i), s, known_sizes, "a shape")
         if "at" in t:
-            return shape, ()         # the view of its positions (set once every input is known)
-        view = tuple((v,) if isinstance(v, str) else tuple(v) for v in t["view"])
+            return shape, (), None   # the view of its positions (set once every input is known)
+        view, segments = [], None
+        for i, v in enumerate(t["view"]):
+            if not isinstance(v, dict):
+                view.append((v,) if isinstance(v, str) else tuple(v))
+                continue
+            if segments is not None:
+                raise doc.error(base + ("view", i), "one dim of a tensor may be split into segments")
+            parts = []
+            for name, group in v.items():
+                fail_name = safety.name_problem(name)
+                if fail_name:
+                    raise doc.key_error(base + ("view", i, name), fail_name)
+                parts.append((name, (group,) if isinstance(group, str) else tuple(group)))
+            segments = (i, tuple(parts))
+            view.append(tuple(dict.fromkeys(a for _, g in parts for a in g)))
+        view = tuple(view)
         if len(view) != len(shape):
             raise doc.error(base + ("view",), f"expected {len(shape)} entries (one per dim of the shape), found {len(view)}")
         for i, group in enumerate(view):
@@ -534,9 +550,11 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
         flat = [a for g in view for a in g]
         if len(set(flat)) != len(flat):
             raise doc.error(base + ("view",), "an axis may index only one place of a tensor")
+        if segments is not None and set(view[segments[0]]) & {first.name, row_inner}:
+            raise doc.error(base + ("view", segments[0]), "segments split a dim other than the rows")
         if row_inner:
             _check_row_groups(doc, base, view, shape, first.name, row_inner, dyn[0])
-        return shape, view
+        return shape, view, segments
 
     inputs = {n: tensor("input", n, t) for n, t in d["inputs"].items()}
     outputs = {n: tensor("output", n, t) for n, t in d["outputs"].items()}
@@ -577,9 +595,13 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
                   tuple(stages), schedule, tuple(d.get("workloads", ())), dict(d.get("tests", {})), doc, row_inner,
                   d.get("backward"))
     checks.check_op(doc, spec)
-    from .stages import typecheck  # the stage library checks what the compute stages mean
+    # the stage library checks what the compute stages mean, and that every variant lowers: what validate
+    # accepts, generate lowers
+    from .lower import lower_program
+    from .stages import typecheck
 
-    typecheck(spec, elements, scales)
+    formats = Catalog(doc.path.parent, {}, elements, scales, {}, {}, layouts)
+    typecheck(spec, elements, scales, lambda variant, program: lower_program(formats, spec, variant, program))
     return spec
 
 

@@ -15,7 +15,7 @@ from typing import List, Optional
 from . import ir, kir
 from . import pyexpr as P
 from .ir import F32, I32, I64, RAW, U32
-from .model import binding
+from .checks import binding
 from .printers import TorchPrinter
 from .signature import INT_ELEMS, INT_STORAGE, TORCH_OF_DTYPE
 
@@ -56,6 +56,8 @@ class ReferencePrinter:
             return f"_codes_of({raw})"
         if elem in INT_ELEMS or elem in INT_STORAGE:
             return f"{raw}.to(torch.int64)"
+        if elem.startswith("@") and dtype == I32:         # int32 or int64 at the call: carried as int32
+            return f"_wrap_i32({raw}.to(torch.int64))"
         if elem.startswith("@") or elem == "float32":
             return f"{raw}.to(torch.float32)"
         fmt = self.catalog.elements[elem]

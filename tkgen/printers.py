@@ -116,6 +116,11 @@ class TileLangPrinter:
         if o == "select":
             return f"T.Select({a[0]}, {a[1]}, {a[2]})"
         if o == "fma":
+            if getattr(getattr(self.ctx, "arch", None), "backend", None) == "cpu":
+                # TileLang's C backend has no fused multiply-add: the product is exact in float64 and the
+                # sum is rounded to float64, then once to float32 (the reference does the same on the CPU)
+                return 'T.cast(T.cast({}, "float64") * T.cast({}, "float64") + T.cast({}, "float64"), "float32")' \
+                    .format(*a)
             return f"T.fma({a[0]}, {a[1]}, {a[2]})"
         if o in ("exp", "log", "log1p", "sqrt", "rsqrt"):
             return f"T.{o}({a[0]})"
@@ -187,7 +192,7 @@ class TorchPrinter:
         if o in ("max", "min"):
             return f"torch.{'maximum' if o == 'max' else 'minimum'}(_t({a[0]}), _t({a[1]}))"
         if o == "neg":
-            return f"(-{a[0]})"
+            return f"_wrap_i32(-{a[0]})" if dt == I32 else f"(-{a[0]})"
         if o == "not":
             return f"(~{a[0]})"
         if o == "isnan":

@@ -41,6 +41,7 @@ class TensorSig:
     at: Optional[str] = None                   # addressed at the flat positions this input holds
     like: Optional[str] = None
     optional: bool = False
+    segments: Optional[tuple] = None           # inputs: (dim, ((segment, axes), ...)), see model.Tensor
 
     @property
     def axes(self):
@@ -97,7 +98,7 @@ def resolve(catalog, spec, t, variant) -> TensorSig:
     present = bool(variant.get(f"?{t.name}", True)) if t.role == "input" and t.optional else \
         (spec.writes(t, variant) if t.role == "output" else True)
     return TensorSig(t.name, t.role, present, elem, tuple(t.dtypes), t.shape, t.shape_text, t.view, fmt, scale,
-                     pk, pad, t.at, t.like, t.optional)
+                     pk, pad, t.at, t.like, t.optional, t.segments)
 
 
 def signature(catalog, spec, variant) -> Dict[str, TensorSig]:

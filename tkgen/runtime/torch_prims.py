@@ -152,8 +152,18 @@ def _trunc(x) -> torch.Tensor:
 
 
 def _fma(a, b, c) -> torch.Tensor:
-    """a * b + c with one rounding (float32). The product is exact in float64; the sum is rounded to odd
-    there (53 bits, more than 2 * 24 + 2), so that rounding it to float32 rounds once, correctly."""
+    """The fma of the kernels of the inputs' device. CUDA: a * b + c with one rounding (float32): the
+    product is exact in float64, and the sum is rounded to odd there (53 bits, more than 2 * 24 + 2), so
+    that rounding it to float32 rounds once, correctly. CPU (TileLang's C backend has no fused
+    multiply-add): the exact product plus c rounded to float64, then to float32."""
+    a, b, c = (_t(v).to(torch.float64) for v in (a, b, c))
+    if not (a * b).is_cuda:
+        return (a * b + c).to(torch.float32)
+    return _fma_rn(a, b, c)
+
+
+def _fma_rn(a, b, c) -> torch.Tensor:
+    """a * b + c rounded once to float32 (see _fma)."""
     a, b, c = (_t(v).to(torch.float64) for v in (a, b, c))
     p = a * b
     s = p + c
@@ -255,7 +265,9 @@ def _gather(x: torch.Tensor, idx, guard) -> torch.Tensor:
     return torch.where(ok, _as_bits(got), torch.zeros((), dtype=_as_bits(got).dtype)).view(x.dtype)
 
 
-_take = _gather
+def _take(x: torch.Tensor, idx, guard=None) -> torch.Tensor:
+    """An element of a tile at explicit indices (the reference's whole tensor of the tile buffer)."""
+    return _gather(x, idx, guard)
 
 
 def _scatter(out: torch.Tensor, idx, value, guard, accumulate) -> None:

@@ -1,0 +1,178 @@
+"""Elementwise stages: expressions over values (`Map`), their operators, and the functions of the library.
+
+An elementwise expression varies over the union of its operands' axes (operands broadcast). It becomes
+primitive IR (tkgen/ir.py), which the kernel and the reference print alike, so they perform the same
+operations in the same order. Integer operators (i32 and i64, wrapping) are defined for every operand, so
+that no target traps and all agree: `a // 0` and `a % 0` are 0, `a // -1` is `-a`, and shift amounts are
+taken modulo the width (`a << 33` on i32 is `a << 1`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import ir, kir
+from ..ir import I32, op
+from .base import INTS, Function, Stage, Step, Value, expr_work, function, stage
+
+_BINOPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne", "<": "lt", "<=": "le",
+           ">": "gt", ">=": "ge", "and": "and", "or": "or", "&": "bitand", "|": "bitor", "^": "bitxor"}
+_WIDTH = {ir.I32: 32, ir.I64: 64}
+
+
+@dataclass(frozen=True)
+class Map(Step):
+    """A value computed elementwise from other values (`expr` names them as Vars, and axis indices as
+    `#axis`)."""
+
+    out: Value
+    expr: ir.Expr
+
+    def sources(self):
+        return ir.var_names(self.expr)
+
+    def work(self, size, extent):
+        return expr_work(self.expr) * size(self.out.axes)
+
+    def lower(self, lw):
+        lw.emit(kir.Compute(lw.buffer(self.out), lw.convert(self.expr)))
+        if lw.program.keep is not None and self.out.name == lw.program.keep.name:
+            lw.keep = lw.read(self.out)
+
+
+def assign(b, idx, targets, node):
+    """`name = expression`: a Map, except that a value over no axes (constants, params, an absent input,
+    folded) is inlined where it is used, and a value that folds to another value is another name for it."""
+    if len(targets) != 1:
+        b.fail(idx, "an elementwise expression produces one value")
+    e = ir.fold(b.elementwise(idx, node, set()))
+    axes = b.axes_of(e)          # after folding: `a0 > inf or pad` may not vary at all
+    name = targets[0]
+    if name not in b.spec.outputs and not axes:
+        b.constant(idx, name, e)
+        return
+    v = b.define(idx, name, axes, e.dtype)
+    if name not in b.spec.outputs and isinstance(e, ir.Var) and e.name in b.values:
+        b.values[name] = b.values[e.name]     # another name for a value: no copy
+    else:
+        b.add(idx, Map(v, e))
+
+
+def unary(b, idx, node, a):
+    try:
+        return op("neg", a) if node.op == "-" else op("not", a)
+    except TypeError as e:
+        b.fail(idx, f"operator {node.op!r}: {e}", node)
+
+
+def binary(b, idx, node, lhs, rhs):
+    o = node.op
+    if o == "/" and lhs.dtype in INTS:
+        b.fail(idx, "'/' divides floats; integers divide with '//' (floor) and '%'", node)
+    if o in ("//", "%", "<<", ">>"):
+        if lhs.dtype not in INTS or rhs.dtype != lhs.dtype:
+            b.fail(idx, f"operator {o!r} takes integers, found {lhs.dtype} and {rhs.dtype}", node)
+        if o in ("<<", ">>"):
+            # the amount modulo the width: every amount is defined, and the same on every target
+            amount = op("bitand", rhs, ir.Const(_WIDTH[lhs.dtype] - 1, lhs.dtype))
+            return op("shl" if o == "<<" else "shr", lhs, amount)
+        if isinstance(rhs, ir.Const) and rhs.value == 0:
+            b.fail(idx, f"operator {o!r}: division by zero", node)
+        return _divide(o, lhs, rhs)
+    try:
+        return op(_BINOPS[o], lhs, rhs)
+    except (TypeError, KeyError) as e:
+        b.fail(idx, f"operator {o!r}: {e}", node)
+
+
+def _divide(o, a, d):
+    """Floor division and modulo (Python's: the remainder has the divisor's sign), total: a divisor of 0
+    gives 0 (as in NumPy), and -1 never reaches the machine division (INT_MIN / -1 traps on x86)."""
+    dt = a.dtype
+    zero, minus_one = ir.Const(0, dt), ir.Const(-1, dt)
+    if isinstance(d, ir.Const) and d.value != -1:
+        return op("floordiv" if o == "//" else "floormod", a, d)
+    special = op("or", op("eq", d, zero), op("eq", d, minus_one))
+    safe = op("select", special, ir.Const(1, dt), d)
+    if o == "%":
+        return op("select", special, zero, op("floormod", a, safe))
+    return op("select", op("eq", d, zero), zero,
+              op("select", op("eq", d, minus_one), op("neg", a), op("floordiv", a, safe)))
+
+
+# -- functions --------------------------------------------------------------------------------------------
+class Operands(Function):
+    """A function of its operands' IR: `apply(fn, *operands)` (raising TypeError for operands it does not
+    take)."""
+
+    def build(self, b, idx, node, axes):
+        return self.apply(node.fn, *b.operands(idx, node.args, axes))
+
+
+def define(names, arity, apply, doc) -> type:
+    """Register an elementwise function of its operands (one class, made here)."""
+    cls = type("".join(n.title() for n in names[0].split("_")), (Operands,),
+               {"apply": staticmethod(apply), "__doc__": doc})
+    return function(*names, arity=arity)(cls)
+
+
+def _sigmoid(fn, x):
+    one = ir.c(1.0)
+    return op("div", one, op("add", one, op("exp", op("neg", x))))
+
+
+define(("max", "min"), 2, lambda fn, x, y: op(fn, x, y), "The larger (smaller) of two values.")
+define(("abs",), 1, lambda fn, x: op("max", x, op("neg", x)),
+       "Printed as max(x, -x): TileLang's float `abs` does not build on the C target.")
+define(("clamp",), 3, lambda fn, x, lo, hi: op("min", op("max", x, lo), hi), "min(max(x, lo), hi).")
+define(("where",), 3, lambda fn, c, x, y: op("select", c, x, y), "x where c holds, else y.")
+define(("sigmoid",), 1, _sigmoid, "1 / (1 + exp(-x)).")
+define(("exp", "log", "log1p", "sqrt", "rsqrt"), 1, lambda fn, x: op(fn, x),
+       "The targets' library functions (mirrored by the reference: tkgen/runtime/torch_prims.py).")
+define(("fma",), 3, lambda fn, x, y, z: op("fma", x, y, z),
+       "x * y + z rounded once (CUDA); on the C target in float64, rounded once to float32 (printers.py).")
+
+
+def _convert(fn, x):
+    """to_f32: integers rounded to nearest even; to_i32, to_i64: integers wrapped, floats truncated toward
+    zero, saturating at the ends of the range, NaN to 0 (every target agrees on every input)."""
+    dst = {"to_f32": ir.F32, "to_i32": ir.I32, "to_i64": ir.I64}[fn]
+    if x.dtype not in (ir.F32, *INTS):
+        raise TypeError(f"converts numbers, found {x.dtype}")
+    if x.dtype == dst:
+        return x
+    if dst == ir.F32 or x.dtype in INTS:
+        return op(fn, x)
+    top = 2.0 ** (_WIDTH[dst] - 1)
+    lo, hi = ir.Const(-int(top), dst), ir.Const(int(top) - 1, dst)
+    inside = op("select", op("lt", x, ir.c(-top)), lo, op(fn, x))
+    return op("select", op("isnan", x), ir.Const(0, dst), op("select", op("ge", x, ir.c(top)), hi, inside))
+
+
+define(("to_f32", "to_i32", "to_i64"), 1, _convert, _convert.__doc__)
+
+
+@function("iota")
+class Iota(Function):
+    """iota(a): the index along axis `a` (i32, varying over `a` alone; inside a row block, the index of
+    the row in the block for its inner axis, and the block's index for the first axis)."""
+
+    def build(self, b, idx, node, axes):
+        axis = b.axis_arg(idx, node.args[0])
+        axes.add(axis)
+        return ir.Var(f"#{axis}", I32)
+
+
+@stage("broadcast", args=("node", "axis*"))
+class Broadcast(Stage):
+    """broadcast(v, a, ...): v, which does not vary over the axes a, ..., as a value that does (the same
+    element at every index of them): to store it to an output over those axes, or reduce it over them."""
+
+    def build(self, b, call, node, *new):
+        idx = call.index
+        axes = set()
+        e = ir.fold(b.elementwise(idx, node, axes))
+        axes = b.axes_of(e)
+        for i, a in enumerate(new):
+            if a in axes or a in new[:i]:
+                b.fail(idx, f"broadcast: the value varies over axis {a!r} already", call.args[i + 1])
+        b.add(idx, Map(b.define(idx, call.targets[0], axes | set(new), e.dtype), e))

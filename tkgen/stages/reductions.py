@@ -1,0 +1,155 @@
+"""Reductions: `absmax`, `amax`, `amin`, `sum` of a value over one of its axes, and the ordered `fold`.
+
+absmax, amax and amin are exact in any order (a zero result of a float max or min is +0.0, whichever zero
+a reduction met first); `sum` is order-dependent. Over the rows (the dynamic axis), each block reduces its
+own rows and adds that into the output, which starts at zero. `fold` sums or multiplies in a declared order
+from a declared start value, one element after another, so kernel and reference agree bit for bit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import expr as E
+from .. import ir, kir
+from ..ir import F32, I32, I64, op
+from .base import Stage, Step, Value, stage
+
+KINDS = {"absmax": "absmax", "amax": "max", "amin": "min", "sum": "sum"}
+INT_REDUCTIONS = {"amax", "amin"}        # the reductions integer values take: exact in any order
+_NEUTRAL = {"absmax": 0.0, "sum": 0.0, "max": float("-inf"), "min": float("inf")}
+_BITS = {I32: 32, I64: 64}
+
+
+def neutral(kind: str, dtype: str) -> ir.Const:
+    """The value that leaves a reduction unchanged (what padding and masked elements must hold)."""
+    if dtype in _BITS:
+        top = 2 ** (_BITS[dtype] - 1)
+        return ir.Const({"max": -top, "min": top - 1, "sum": 0}[kind], dtype)
+    return ir.c(_NEUTRAL[kind])
+
+
+@dataclass(frozen=True)
+class Reduce(Step):
+    out: Value
+    kind: str                  # absmax | max | min | sum
+    src: Value
+    axis: str
+
+    def sources(self):
+        return {self.src.name}
+
+    def work(self, size, extent):
+        return size(self.src.axes)
+
+    def accumulates(self, dyn_axis):
+        return self.axis == dyn_axis
+
+    def lower(self, lw):
+        """Over the rows inside row blocks (or over kept rows), elements outside the tensor hold the
+        reduction's neutral value: loads already give 0, which serves absmax and sum of loaded data;
+        anything else is reduced from a masked copy. A zero result of a float max or min is +0.0: which
+        zero a reduction keeps depends on its order, and the canonical one does not."""
+        src = lw.bufs[self.src.name]
+        mask = None
+        if self.axis == lw.row_inner:
+            mask = lw.row_guard(src.axes)
+        elif self.axis == lw.dyn_axis and lw.keep is not None:
+            mask = lw.keep
+        if mask is not None and not (self.kind in ("absmax", "sum") and self.src.name in lw.zero_filled):
+            masked = kir.Buffer(f"{src.name}_for_{self.kind}_over_{self.axis}", src.axes, src.dtype)
+            lw.emit(kir.Compute(masked, op("select", mask, ir.Read(src.name, src.dtype),
+                                           neutral(self.kind, src.dtype))))
+            src = masked
+        dst = lw.buffer(self.out)
+        lw.emit(kir.Reduce(dst, src, self.axis, self.kind))
+        if self.kind in ("max", "min") and dst.dtype == F32:
+            lw.emit(kir.Compute(dst, op("add", ir.Read(dst.name, F32), ir.c(0.0))))
+        if self.kind in ("absmax", "sum") and self.src.name in lw.zero_filled:
+            lw.zero_filled.add(self.out.name)
+
+
+@stage(*KINDS, args=("value", "axis"))
+class Reduction(Stage):
+    def build(self, b, call, src, axis):
+        idx, fn = call.index, call.fn
+        if axis not in src.axes:
+            b.fail(idx, f"{src.name!r} does not vary over axis {axis!r}", call.args[1])
+        if src.dtype != F32 and not (src.dtype in _BITS and fn in INT_REDUCTIONS):
+            b.fail(idx, f"{fn} needs float values" + (" (integers take amax and amin)" if src.dtype in _BITS else ""),
+                   call.args[0])
+        if axis == b.rows and fn != "sum":
+            b.fail(idx, f"over the rows (axis {axis!r}) a reduction is a sum: blocks split the rows, and each adds "
+                        "its part into the output", call.args[1])
+        b.whole.add(axis)
+        out = b.define(idx, call.targets[0], [a for a in src.axes if a != axis], src.dtype)
+        if axis == b.rows:
+            b.partials.add(out.name)
+        b.add(idx, Reduce(out, KINDS[fn], src, axis))
+
+
+_FOLD_OPS = {"sum": "add", "prod": "mul"}
+_ORDERS = ("ascending", "descending")
+
+
+@dataclass(frozen=True)
+class Fold(Step):
+    """An ordered fold: acc = start, then acc = acc + v[i] (or * v[i]) for i along `axis` in order, one
+    rounding per step: bit-exact with the reference, which runs the same loop."""
+
+    out: Value
+    kind: str                  # sum | prod
+    src: Value
+    axis: str
+    start: ir.Expr             # does not vary over `axis`
+    descending: bool = False
+
+    def sources(self):
+        return {self.src.name} | ir.var_names(self.start)
+
+    def work(self, size, extent):
+        return size(self.src.axes)
+
+    def lower(self, lw):
+        """The start value, then a serial loop over the axis. The value folded is read at the loop's index
+        from a copy that every thread can read (shared memory on CUDA); rows of a row block that lie past
+        the tensor are skipped."""
+        src = lw.bufs[self.src.name]
+        acc = lw.buffer(self.out)
+        lw.emit(kir.Compute(acc, lw.convert(self.start)))
+        staged = lw.shared_copy(self.src, self.axis)
+        step = ir.Var(f"r_{self.axis}", I32)
+        at = op("sub", op("sub", ir.Size(f"N_{self.axis}"), ir.i32(1)), step) if self.descending else step
+        element = ir.Read(staged.name, src.dtype, tuple(at if a == self.axis else ir.Index(a, local=True)
+                                                        for a in src.axes))
+        value = op(_FOLD_OPS[self.kind], ir.Read(acc.name, acc.dtype), element)
+        guard = lw.row_guard(src.axes) if self.axis == lw.row_inner else None
+        if guard is not None:
+            guard = ir.rebuild(guard, lambda n: at if n == ir.Index(self.axis) else None)
+            value = op("select", guard, value, ir.Read(acc.name, acc.dtype))
+        lw.emit(kir.Loop(step.name, ir.Size(f"N_{self.axis}"), (kir.Compute(acc, ir.fold(value)),)))
+
+
+@stage("fold", args=("node", "value", "axis", "node", "node?"))
+class FoldStage(Stage):
+    """fold(sum | prod, v, axis, start[, ascending | descending])."""
+
+    def build(self, b, call, kind, src, axis, start, *order):
+        idx = call.index
+        if not isinstance(kind, E.Name) or kind.id not in _FOLD_OPS:
+            b.fail(idx, f"fold: the operation is one of {', '.join(_FOLD_OPS)}", kind)
+        if order and (not isinstance(order[0], E.Name) or order[0].id not in _ORDERS):
+            b.fail(idx, f"fold: the order is {' or '.join(_ORDERS)}", order[0])
+        if axis not in src.axes:
+            b.fail(idx, f"{src.name!r} does not vary over axis {axis!r}", call.args[2])
+        if src.dtype not in (F32, *_BITS):
+            b.fail(idx, f"fold: folds numbers, found {src.dtype}", call.args[1])
+        b.whole_axis(idx, axis, "fold", call.args[2])
+        axes = set()
+        first = b.operands(idx, (call.args[1], start), axes)[1]
+        init = ir.fold(first)
+        if axis in b.axes_of(init):
+            b.fail(idx, f"fold: the start value must not vary over axis {axis!r}", start)
+        if init.dtype != src.dtype:
+            b.fail(idx, f"fold: the start value is {init.dtype}, the values folded {src.dtype}", start)
+        out = b.define(idx, call.targets[0], [a for a in src.axes if a != axis], src.dtype)
+        b.add(idx, Fold(out, kind.id, src, axis, init, bool(order) and order[0].id == "descending"))
