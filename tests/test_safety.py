@@ -211,7 +211,7 @@ def test_the_audit_rejects(source, match):
 
 
 def test_the_audit_accepts_what_templates_emit():
-    audit_module("m.py", HEADER + "from typing import Optional\nfrom tkgen.runtime.ops import check, run\n"
+    audit_module("m.py", HEADER + "from typing import Optional\nfrom tkgen.runtime.ops import check\nfrom tkgen.runtime.fastpath import run\n"
                  "def f(x, *, threads=128):\n    y = torch.where(x > 0, x, torch.zeros(1, dtype=torch.float32))\n"
                  "    return T.max(y, 1), st.none(), check, run, Optional, __package__, max(1, 2)\n")
 

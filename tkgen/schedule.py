@@ -330,8 +330,8 @@ def fuse(body, software=lambda elem: False):
     """Consecutive Computes and Stores over the same axes share one loop; a load (a Compute that reads a
     tensor) gets a loop of its own: TileLang then vectorizes it to 16 bytes on sm_90a (a loop that also
     loads or computes other tiles gets 8-byte accesses). A store does not join a loop that calls a codec
-    (a generated helper with branches): TileLang then stores element by element (the e2m1 decode before
-    per_block_cast_lossless's e4m3 store made its stores scalar, 2.2x slower on the H200)."""
+    (a generated helper with branches): TileLang then stores element by element (an e2m1 decode in the
+    loop of an e4m3 store made its stores scalar, 2.2x slower on the H200)."""
     out, open_ = [], None
 
     def codec(n):
