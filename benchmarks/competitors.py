@@ -152,6 +152,13 @@ def tk_batched_transpose(params, dims):
     return lambda x: transpose.batched_transpose(x)
 
 
+def tk_cast(params, dims):
+    """TileKernels 2.1.0's quant.cast in its round-to-nearest-even mode (x of any shape; tkgen's is flat)."""
+    tk = _tile_kernels()
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn}[params["dtype"]]
+    return lambda x: tk.quant.cast(x, dtype)
+
+
 def _tk_swiglu_moe(params, weights, pos_to_token_topk, pos_to_expert):
     """TileKernels 2.1.0's SwiGLU options: per-row weights (already gathered) times routed_scaling_factor (only
     with weights), a compile-time clamp; it has no gather at positions and marks padding by a psum layout."""
@@ -257,6 +264,7 @@ ADAPTERS = {
         "per_block_cast_lossless": tk_per_block_cast_lossless,
         "per_channel_cast": tk_per_channel_cast,
         "batched_transpose": tk_batched_transpose,
+        "cast": tk_cast,
         "swiglu_forward": tk_swiglu_forward,
         "swiglu_forward_and_per_token_cast": tk_swiglu_forward_and_per_token_cast,
         "swiglu_backward": tk_swiglu_backward,

@@ -235,6 +235,18 @@ def test_topk_gate_and_transpose():
     same(tk1.transpose.transpose(x[0]), x[0].T.contiguous())
 
 
+@pytest.mark.parametrize("src, dst", [(torch.bfloat16, torch.float8_e4m3fn), (torch.float32, torch.bfloat16),
+                                      (torch.float8_e4m3fn, torch.float32)])
+def test_cast_any_shape_and_in_chunks(src, dst, monkeypatch):
+    x = (randn(3, 5, 77, dtype=torch.float32) * 300).to(src)
+    want = ops.cast(x.reshape(-1), dst).view(x.shape)
+    same(tk.quant.cast(x, dst), want)
+    monkeypatch.setattr(tk.quant, "CAST_CHUNK", 1024)      # 3 launches, each into its slice of one result
+    same(tk.quant.cast(x, dst), want)
+    with pytest.raises(NotImplementedError, match="cast with stochastic_rounding=True"):
+        tk.quant.cast(x, dst, stochastic_rounding=True)
+
+
 # Each release's public names (their __init__ files), module by module.
 V2 = {"quant": ["per_channel_cast", "unpack_from_e2m1fn_x2", "per_token_cast", "per_token_cast_with_precomputed_sf",
                 "per_token_cast_with_sf_only", "per_block_cast", "per_block_cast_with_precomputed_sf",

@@ -396,3 +396,17 @@ def test_per_block_cast_lossless_reference_vs_float64_exponents():
         want = {"fp32": sf, "ue8m0_byte": e_out.to(torch.uint8), "ue8m0": _ue8m0_words(sf)}[p["scale"]]
         assert same_bits(out_sf, want)
     prop()
+
+
+def test_cast_reference_vs_torch_conversions():
+    """y = x.to(dtype), into e4m3 through torch's cast of x clamped to ±448 (TileKernels' own oracle)."""
+    pkg = registry.op_package("cast")
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn}
+
+    @given(_cases("cast"))
+    def prop(case):
+        x = build_inputs(case)["x"]
+        dt = dtypes[case["params"]["dtype"]]
+        (y,) = reference_outputs(pkg.OP, pkg, {"x": x}, case["params"])
+        assert same_bits(y, x.float().clamp(-448.0, 448.0).to(dt) if dt == torch.float8_e4m3fn else x.to(dt))
+    prop()

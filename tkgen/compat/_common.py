@@ -66,8 +66,19 @@ def laid_out(sf: torch.Tensor, use_tma_aligned_col_major_sf: bool) -> torch.Tens
     return col_major(sf) if use_tma_aligned_col_major_sf else sf
 
 
+def written_into(name: str, out, tensors: dict, params: dict):
+    """Op `name` run with its kernel storing straight into the tensors of `out` (TileKernels' `out=`),
+    which are returned. They must have the shapes, dtypes and strides tkgen allocates (ValueError
+    otherwise). The call takes the full argument check, not the eager fast path."""
+    from .. import registry
+    from ..runtime.ops import run
+    outs = run(registry.op_package(name).OP, tensors, params, out=out)
+    return outs[0] if len(outs) == 1 else outs
+
+
 def into(out, result):
-    """TileKernels' `out=`: the result written into the given tensors, which are returned."""
+    """TileKernels' `out=` where tkgen's op writes new tensors: the result copied into the given tensors,
+    which are returned."""
     if out is None:
         return result
     if isinstance(result, torch.Tensor):

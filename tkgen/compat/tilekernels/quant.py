@@ -5,8 +5,10 @@ from typing import Optional
 
 import torch
 
+from ...runtime.conventions import as_format
+from ...runtime.ops import TORCH_DTYPES as _TORCH
 from .._common import (element_format, input_scale, into, laid_out, missing, need, ops, out_format, quant_tensor,
-                       row_major, scale_format)
+                       row_major, scale_format, written_into)
 
 
 def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tma_aligned_col_major_sf=False,
@@ -207,7 +209,23 @@ def norm_backward(out_grad, x, weight, rstd, residual_out_grad=None, out_scale: 
 
 
 unpack_from_e2m1fn_x2 = missing("quant.unpack_from_e2m1fn_x2", "2.1.0")
-cast = missing("quant.cast", "2.1.0")
+CAST_CHUNK = 1 << 30      # elements per launch: tkgen's kernels index in int32
+
+
+def cast(x, dtype, stochastic_rounding=False):
+    """x.to(dtype) for fp32, bf16 and e4m3 (saturating), any shape, rounding to nearest even. More than
+    CAST_CHUNK elements go in several launches, each writing its slice of the result."""
+    need(not stochastic_rounding, "quant.cast", "with stochastic_rounding=True")
+    assert x.is_contiguous()
+    flat, dtype = x.reshape(-1), as_format(dtype)
+    if flat.numel() <= CAST_CHUNK:
+        return ops().cast(flat, dtype).view(x.shape)
+    y = torch.empty(flat.shape, dtype=_TORCH[dtype], device=x.device)
+    for i in range(0, flat.numel(), CAST_CHUNK):
+        written_into("cast", (y[i:i + CAST_CHUNK],), {"x": flat[i:i + CAST_CHUNK]}, {"dtype": dtype})
+    return y.view(x.shape)
+
+
 batched_transpose_weight_sf = missing("quant.batched_transpose_weight_sf", "2.1.0")
 
 __all__ = ["per_channel_cast", "unpack_from_e2m1fn_x2", "per_token_cast", "per_token_cast_with_precomputed_sf",
