@@ -233,6 +233,19 @@ def test_topk_gate_and_transpose():
     x = randn(3, 64, 128).to(torch.float8_e4m3fn)
     same(tk1.transpose.batched_transpose(x), ops.batched_transpose(x))
     same(tk1.transpose.transpose(x[0]), x[0].T.contiguous())
+    same(tk1.transpose.transpose(x[0]), ops.transpose(x[0]))
+    with pytest.raises(NotImplementedError, match="transpose.transpose of a strided input"):
+        tk1.transpose.transpose(torch.zeros(64, 256)[:, :128])     # TileKernels' test: row stride 2N
+
+
+@pytest.mark.parametrize("root", [tk, tk1], ids=["2.1.0", "1.0"])
+def test_unpack_from_e2m1fn_x2(root):
+    q, _ = tk.quant.per_token_cast(randn(T, H), "e2m1", 32)
+    want = ops.unpack_from_e2m1fn_x2(q)
+    same(root.quant.unpack_from_e2m1fn_x2(q), want)
+    same(root.quant.unpack_from_e2m1fn_x2(q.view(torch.uint8).reshape(3, 11, H // 2)), want.reshape(3, 11, H))
+    same(root.quant.unpack_from_e2m1fn_x2(q, torch.bfloat16), ops.unpack_from_e2m1fn_x2(q, "bf16"))
+    assert root.quant.unpack_from_e2m1fn_x2(q[:, :0]).shape == (T, 0)
 
 
 @pytest.mark.parametrize("src, dst", [(torch.bfloat16, torch.float8_e4m3fn), (torch.float32, torch.bfloat16),

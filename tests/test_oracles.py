@@ -410,3 +410,27 @@ def test_cast_reference_vs_torch_conversions():
         (y,) = reference_outputs(pkg.OP, pkg, {"x": x}, case["params"])
         assert same_bits(y, x.float().clamp(-448.0, 448.0).to(dt) if dt == torch.float8_e4m3fn else x.to(dt))
     prop()
+
+
+def test_transpose_reference_is_a_bitwise_transpose():
+    pkg = registry.op_package("transpose")
+
+    @given(_cases("transpose"))
+    def prop(case):
+        x = build_inputs(case)["x"]
+        (out,) = reference_outputs(pkg.OP, pkg, {"x": x}, {})
+        want = x.T.clone(memory_format=torch.contiguous_format)
+        assert torch.equal(out.view(torch.uint8), want.view(torch.uint8))     # NaN payloads too
+    prop()
+
+
+def test_unpack_from_e2m1fn_x2_reference_vs_ml_dtypes():
+    pkg = registry.op_package("unpack_from_e2m1fn_x2")
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+    @given(_cases("unpack_from_e2m1fn_x2"))
+    def prop(case):
+        q = build_inputs(case)["q"]
+        (y,) = reference_outputs(pkg.OP, pkg, {"q": q}, case["params"])
+        assert same_bits(y, oracle_decode(q, "e2m1", case["dims"]["H"]).to(dtypes[case["params"]["out"]]))
+    prop()

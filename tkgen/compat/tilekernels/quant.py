@@ -208,7 +208,20 @@ def norm_backward(out_grad, x, weight, rstd, residual_out_grad=None, out_scale: 
     return x_grad, wg
 
 
-unpack_from_e2m1fn_x2 = missing("quant.unpack_from_e2m1fn_x2", "2.1.0")
+
+
+def unpack_from_e2m1fn_x2(x, out_dtype=torch.float32):
+    """FP4 codes two per byte (int8 or uint8, any leading dims) -> out_dtype (float32 or bfloat16), the
+    last dim doubled, element 2i from the low nibble."""
+    name = "quant.unpack_from_e2m1fn_x2"
+    need(x.dtype in (torch.int8, torch.uint8), name, f"of a {x.dtype} tensor")
+    need(out_dtype in (torch.float32, torch.bfloat16), name, f"into {out_dtype}")
+    shape = (*x.shape[:-1], 2 * x.shape[-1])
+    if x.numel() == 0:
+        return torch.empty(shape, dtype=out_dtype, device=x.device)
+    return ops().unpack_from_e2m1fn_x2(x.reshape(-1, x.shape[-1]).view(torch.int8), out_dtype).view(shape)
+
+
 CAST_CHUNK = 1 << 30      # elements per launch: tkgen's kernels index in int32
 
 
