@@ -25,8 +25,9 @@ def _tk_sf_kwargs(scale, layout="row"):
     """TileKernels' keyword arguments for tkgen's scale format and layout. Its packed UE8M0 is tkgen's (four groups
     per int32, group j in byte j % 4), row-major or in the column-major TMA layout; it has no unpacked bytes."""
     _need(scale != "ue8m0_byte", "has no unpacked UE8M0 scales")
-    return dict(round_sf=scale in ("pow2", "ue8m0"), use_packed_ue8m0=scale == "ue8m0",
-                use_tma_aligned_col_major_sf=layout == "col")
+    kwargs = dict(round_sf=scale in ("pow2", "ue8m0"), use_packed_ue8m0=scale == "ue8m0",
+                  use_tma_aligned_col_major_sf=layout == "col")
+    return {**kwargs, "use_e4m3_sf": True} if scale == "e4m3" else kwargs
 
 
 def _tk_per_token(params, dims):
@@ -75,7 +76,8 @@ def tk_per_token_cast_and_cast_back(params, dims):
     def run(x):
         _need(x.dtype == out, f"casts back in place, into x's dtype {x.dtype}, not into {params['out']}")
         return tk.quant.per_token_cast_and_cast_back(x, params["fmt"], params["group"],
-                                                     round_sf=params["scale"] == "pow2")
+                                                     round_sf=params["scale"] == "pow2",
+                                                     use_e4m3_sf=params["scale"] == "e4m3")
     return run
 
 

@@ -64,6 +64,49 @@ def test_per_token_cast(flags, scale, layout, fmt, npc):
             out.view(torch.uint8), want.view(torch.uint8))
 
 
+@pytest.mark.parametrize("fmt, npc", [("e4m3", 128), ("e4m3", 32), ("e2m1", 32)])
+def test_e4m3_scales(fmt, npc):
+    """use_e4m3_sf: tkgen's scale="e4m3" (float8_e4m3fn scales), in every op whose 2.1.0 signature has it;
+    cast_back tells e4m3 input scales by their dtype."""
+    x = randn(T, H)
+    q, sf = tk.quant.per_token_cast(x, fmt, npc, use_e4m3_sf=True)
+    same((q, sf), ops.per_token_cast(x, fmt, npc, "e4m3"))
+    assert sf.dtype == torch.float8_e4m3fn
+    same(tk.quant.per_token_cast_with_sf_only(x, fmt, npc, use_e4m3_sf=True), sf)
+    same(tk.quant.cast_back((q, sf), "fp32", (1, npc)), ops.cast_back(q, sf, fmt, npc, "e4m3", "fp32"))
+    y = x.clone()
+    tk.quant.per_token_cast_and_cast_back(y, fmt, npc, use_e4m3_sf=True)
+    same(y, ops.per_token_cast_and_cast_back(x, fmt, npc, "e4m3", "bf16"))
+    with pytest.raises(AssertionError, match="incompatible with round_sf"):
+        tk.quant.per_token_cast(x, fmt, npc, round_sf=True, use_e4m3_sf=True)
+
+
+@pytest.mark.parametrize("flags, scale, layout", LAYOUTS)
+def test_out_is_written_by_the_kernel(flags, scale, layout):
+    """out=: the kernel stores into the given tensors (no copy), which are returned; tensors laid out
+    otherwise than tkgen allocates them are refused."""
+    x = randn(T, H)
+    want = ops.per_token_cast(x, "e4m3", 128, scale, layout)
+    out = ops.per_token_cast(torch.zeros_like(x), "e4m3", 128, scale, layout)     # buffers of that layout
+    got = tk.quant.per_token_cast(x, "e4m3", 128, None, *flags, out=out)
+    assert got[0] is out[0] and got[1] is out[1]
+    same(got, want)
+    sf_only = torch.empty_like(want[1].contiguous())
+    if layout == "row":
+        assert tk.quant.per_token_cast_with_sf_only(x, "e4m3", 128, *flags, out_sf=sf_only) is sf_only
+        same(sf_only, want[1])
+        pre = torch.empty_like(want[0])
+        if scale == "fp32":
+            assert tk.quant.per_token_cast_with_precomputed_sf(x, "e4m3", 128, want[1], out=pre) is pre
+            same(pre, ops.per_token_cast_with_precomputed_sf(x, want[1], "e4m3", 128))
+        q, sf = ops.per_block_cast(x, "e4m3", 32, 32, scale)
+        out = (torch.empty_like(q), torch.empty_like(sf))
+        assert tk.quant.per_block_cast(x, "e4m3", (32, 32), *flags, out=out)[1] is out[1]
+        same(out, (q, sf))
+    with pytest.raises(ValueError, match="an `out` tensor must be"):
+        tk.quant.per_token_cast(x, "e4m3", 128, None, *flags, out=(want[0].bfloat16(), want[1]))
+
+
 @pytest.mark.parametrize("fmt, scale_flags, scale", [("e4m3", (False, False, False), "fp32"),
                                                       ("e4m3", (True, True, True), "ue8m0"),
                                                       ("e2m1", (True, True, True), "ue8m0")])
@@ -312,5 +355,5 @@ def test_options_tkgen_lacks_raise_naming_them():
         tk.quant.per_token_cast(x, "e4m3", 128, stochastic_cast=True)
     with pytest.raises(NotImplementedError, match="psum_num_tokens_per_expert"):
         tk.quant.swiglu_forward(randn(T, 512), "bf16", torch.zeros(2, dtype=torch.int32))
-    with pytest.raises(NotImplementedError, match="use_e4m3_sf"):
-        tk.quant.per_token_cast_with_sf_only(x, "e4m3", 128, use_e4m3_sf=True)
+    with pytest.raises(NotImplementedError, match="precomputed_sf with packed UE8M0 or e4m3 scales"):
+        tk.quant.per_token_cast_with_precomputed_sf(x, "e4m3", 128, torch.ones(T, 4), use_e4m3_sf=True)

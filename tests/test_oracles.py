@@ -51,6 +51,11 @@ def oracle_encode(v, fmt):
 
 
 def oracle_scales(amax, fmt, scale):
+    if scale == "e4m3":
+        # TileKernels' E4M3 scales: the amax floored at MAX * 2^-9, sf = e4m3(a / MAX), inv = 1 / sf
+        a = amax.clamp(min=MAX[fmt] * 2.0 ** -9)
+        sf = (a / MAX[fmt]).clamp(max=448.0).to(torch.float8_e4m3fn)
+        return sf, torch.ones_like(a) / sf.float()
     if scale == "fp32":
         return amax / MAX[fmt], torch.full_like(amax, MAX[fmt]) / amax     # true divisions
     e = torch.ceil(torch.log2(amax.double() / MAX[fmt]))                  # exact in float64 here
@@ -134,7 +139,9 @@ def test_cast_back_reference_vs_independent_decoders():
         T, H = case["dims"]["T"], case["dims"]["H"]
         (y,) = reference_outputs(pkg.OP, pkg, t, p)
         sf = t["sf"]
-        if p["scale"] != "fp32":
+        if p["scale"] == "e4m3":
+            sf = sf.float()                                           # torch's float8 decode
+        elif p["scale"] != "fp32":
             b = sf.contiguous().view(torch.uint8).to(torch.int64).reshape(sf.shape[0], sf.shape[1] * sf.element_size())
             b = b[:, :H // p["block"]]
             sf = torch.exp2(b.double() - 127).float()

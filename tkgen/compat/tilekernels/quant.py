@@ -13,18 +13,25 @@ from .._common import (element_format, input_scale, into, laid_out, missing, nee
 
 def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tma_aligned_col_major_sf=False,
                    round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, stochastic_cast=False, out=None):
+    """(q, sf); with `out=(q, sf)` the kernel writes into those tensors (laid out as tkgen allocates them:
+    q contiguous, sf row-major, or column-major with use_tma_aligned_col_major_sf)."""
     name = "quant.per_token_cast"
     need(x_block_size is None and isinstance(x, torch.Tensor), name, "of a quantized input (x_block_size)")
     need(not stochastic_cast, name, "with stochastic_cast=True")
-    scale = scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf)
-    q, sf = ops().per_token_cast(x, fmt, num_per_channels, scale, "col" if use_tma_aligned_col_major_sf else "row")
-    return into(out, (q, sf))
+    params = dict(fmt=fmt, group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf),
+                  sf_layout="col" if use_tma_aligned_col_major_sf else "row")
+    if out is not None:
+        return written_into("per_token_cast", tuple(out), {"x": x}, params)
+    return ops().per_token_cast(x, **params)
 
 
 def per_token_cast_with_sf_only(x, fmt: str, num_per_channels: int, use_tma_aligned_col_major_sf=False,
                                 round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, out_sf=None):
-    scale = scale_format("quant.per_token_cast_with_sf_only", round_sf, use_packed_ue8m0, use_e4m3_sf)
-    sf = ops().per_token_cast_with_sf_only(x, fmt, num_per_channels, scale)
+    params = dict(fmt=fmt, group=num_per_channels,
+                  scale=scale_format("quant.per_token_cast_with_sf_only", round_sf, use_packed_ue8m0, use_e4m3_sf))
+    if out_sf is not None and not use_tma_aligned_col_major_sf:
+        return written_into("per_token_cast_with_sf_only", (out_sf,), {"x": x}, params)
+    sf = ops().per_token_cast_with_sf_only(x, **params)
     return into(out_sf, laid_out(sf, use_tma_aligned_col_major_sf))
 
 
@@ -32,7 +39,10 @@ def per_token_cast_with_precomputed_sf(x, fmt: str, num_per_channels: int, sf, u
                                        round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, out=None):
     name = "quant.per_token_cast_with_precomputed_sf"
     need(input_scale(sf) == "fp32" and not use_e4m3_sf, name, "with packed UE8M0 or e4m3 scales")
-    return into(out, ops().per_token_cast_with_precomputed_sf(x, row_major(sf), fmt, num_per_channels))
+    if out is not None:
+        return written_into("per_token_cast_with_precomputed_sf", (out,), {"x": x, "sf": row_major(sf)},
+                            dict(fmt=fmt, group=num_per_channels))
+    return ops().per_token_cast_with_precomputed_sf(x, row_major(sf), fmt, num_per_channels)
 
 
 def cast_back(x, fmt: str, x_block_size, x_special_fmt: Optional[str] = None):
@@ -56,23 +66,32 @@ def per_token_cast_and_cast_back(x, fmt: str, num_per_channels: int, round_sf=Fa
 
 def per_block_cast(x, fmt: str, block_size, use_tma_aligned_col_major_sf=False, round_sf=False,
                    use_packed_ue8m0=False, out=None):
-    scale = scale_format("quant.per_block_cast", round_sf, use_packed_ue8m0)
-    q, sf = ops().per_block_cast(x, fmt, *block_size, scale)
+    """(q, sf); a given `out=(q, sf)` is written by the kernel where sf is row-major, else copied into."""
+    params = dict(fmt=fmt, block_rows=block_size[0], block_cols=block_size[1],
+                  scale=scale_format("quant.per_block_cast", round_sf, use_packed_ue8m0))
+    if out is not None and not use_tma_aligned_col_major_sf:
+        return written_into("per_block_cast", tuple(out), {"x": x}, params)
+    q, sf = ops().per_block_cast(x, **params)
     return into(out, (q, laid_out(sf, use_tma_aligned_col_major_sf)))
 
 
 def per_block_cast_with_sf_only(x, fmt: str, block_size, use_tma_aligned_col_major_sf=False, round_sf=False,
                                 use_packed_ue8m0=False, out_sf=None):
-    scale = scale_format("quant.per_block_cast_with_sf_only", round_sf, use_packed_ue8m0)
-    sf = ops().per_block_cast_with_sf_only(x, fmt, *block_size, scale)
-    return into(out_sf, laid_out(sf, use_tma_aligned_col_major_sf))
+    params = dict(fmt=fmt, block_rows=block_size[0], block_cols=block_size[1],
+                  scale=scale_format("quant.per_block_cast_with_sf_only", round_sf, use_packed_ue8m0))
+    if out_sf is not None and not use_tma_aligned_col_major_sf:
+        return written_into("per_block_cast_with_sf_only", (out_sf,), {"x": x}, params)
+    return into(out_sf, laid_out(ops().per_block_cast_with_sf_only(x, **params), use_tma_aligned_col_major_sf))
 
 
 def per_block_cast_with_precomputed_sf(x, fmt: str, block_size, sf, use_tma_aligned_col_major_sf=False,
                                        round_sf=False, use_packed_ue8m0=False, out=None):
     name = "quant.per_block_cast_with_precomputed_sf"
     need(input_scale(sf) == "fp32", name, "with packed UE8M0 scales")
-    return into(out, ops().per_block_cast_with_precomputed_sf(x, row_major(sf), fmt, *block_size))
+    params = dict(fmt=fmt, block_rows=block_size[0], block_cols=block_size[1])
+    if out is not None:
+        return written_into("per_block_cast_with_precomputed_sf", (out,), {"x": x, "sf": row_major(sf)}, params)
+    return ops().per_block_cast_with_precomputed_sf(x, row_major(sf), **params)
 
 
 def per_block_cast_lossless(x, fmt: str, x_block_size, out_block_size, use_tma_aligned_col_major_sf=False,
