@@ -144,11 +144,30 @@ def tk_per_channel_cast(params, dims):
     return lambda x: tk.quant.per_channel_cast(x, params["fmt"], params["group_tokens"], **kwargs)
 
 
-def tk_batched_transpose(params, dims):
+def tk_per_channel_cast_from_fp8(params, dims):
+    """TileKernels 2.1.0's per_channel_cast of a (q, sf) input; sf row-major as tkgen's (float32, e4m3 or UE8M0
+    words: TileKernels tells them by dtype), its col-pack for ue8m0 out_sf."""
     tk = _tile_kernels()
-    transpose = getattr(tk, "transpose", None)      # TileKernels 1.x; 2.1.0 removed the subpackage
+    _tk_whole_blocks(dims, "T")
+    scale = params["scale"]
+    kwargs = dict(round_sf=scale in ("pow2", "ue8m0"), use_packed_ue8m0=scale == "ue8m0")
+    return lambda q, sf: tk.quant.per_channel_cast((q, sf), params["fmt"], params["group_tokens"],
+                                                   num_per_channels=params["in_group"], **kwargs)
+
+
+def _tk_transpose():
+    transpose = getattr(_tile_kernels(), "transpose", None)      # TileKernels 1.x; 2.1.0 removed the subpackage
     if transpose is None:
         raise NotImplementedError("TileKernels 2.1.0 has no transpose ops (removed after 1.x)")
+    return transpose
+
+
+def tk_transpose(params, dims):
+    return _tk_transpose().transpose
+
+
+def tk_batched_transpose(params, dims):
+    transpose = _tk_transpose()
     if dims["M"] % 64 or dims["N"] % 64:
         raise NotImplementedError("TileKernels' batched_transpose needs M % 64 == 0 and N % 64 == 0")
     return lambda x: transpose.batched_transpose(x)
@@ -267,6 +286,8 @@ ADAPTERS = {
         "per_channel_cast": tk_per_channel_cast,
         "batched_transpose": tk_batched_transpose,
         "cast": tk_cast,
+        "transpose": tk_transpose,
+        "per_channel_cast_from_fp8": tk_per_channel_cast_from_fp8,
         "swiglu_forward": tk_swiglu_forward,
         "swiglu_forward_and_per_token_cast": tk_swiglu_forward_and_per_token_cast,
         "swiglu_backward": tk_swiglu_backward,

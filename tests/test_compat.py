@@ -181,6 +181,26 @@ def test_per_channel_cast_and_transpose(round_sf, npt):
              ops.swiglu_forward_and_per_channel_cast_and_transpose(x, "e4m3", npt, scale, not without, 10.0))
 
 
+@pytest.mark.parametrize("flags, in_scale", [((False, False, False), "fp32"), ((True, True, True), "ue8m0"),
+                                             ((False, False, False), "e4m3")])
+@pytest.mark.parametrize("npt, npc", [(128, 128), (32, 32)])
+@pytest.mark.parametrize("packed", [False, True])
+def test_per_channel_cast_of_a_quantized_input(flags, in_scale, npt, npc, packed):
+    """2.1.0's per_channel_cast of (q, sf) from per_token_cast (any of its scale layouts): tkgen's
+    per_channel_cast_from_fp8, its scales transposed into TileKernels' float32 [T / npt, H] or col-pack."""
+    x = randn(256, H)
+    q, sf = tk.quant.per_token_cast(x, "e4m3", npc, None, *flags, use_e4m3_sf=in_scale == "e4m3")
+    out, out_sf = ops.per_channel_cast_from_fp8(q, sf.contiguous(), "e4m3", npt, npc, in_scale,
+                                                "ue8m0" if packed else "fp32")
+    got = tk.quant.per_channel_cast((q, sf), "e4m3", npt, packed, npc, packed)
+    same(got, (out, out_sf.T))
+    assert got[1].is_contiguous() and got[1].shape == ((256 // npt + 3) // 4 if packed else 256 // npt, H)
+    if in_scale != "ue8m0":                                           # npc from the shapes
+        same(tk.quant.per_channel_cast((q, sf), "e4m3", npt, packed, None, packed), got)
+    if not packed:
+        same(tk1.quant.per_channel_cast_fused((q, sf), "e4m3", npt, False, npc), got)
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("clamp", [None, 0.5])
 def test_swiglu_forward(weighted, clamp):

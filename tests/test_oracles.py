@@ -441,3 +441,32 @@ def test_unpack_from_e2m1fn_x2_reference_vs_ml_dtypes():
         (y,) = reference_outputs(pkg.OP, pkg, {"q": q}, case["params"])
         assert same_bits(y, oracle_decode(q, "e2m1", case["dims"]["H"]).to(dtypes[case["params"]["out"]]))
     prop()
+
+
+def _input_scales(sf, in_scale, G):
+    """float32 [T, G] values of a per-token scale input: float32, e4m3 codes, or UE8M0 bytes four per word."""
+    if in_scale == "fp32":
+        return sf
+    if in_scale == "e4m3":
+        return sf.float()
+    b = sf.contiguous().view(torch.uint8).to(torch.int64).reshape(sf.shape[0], sf.shape[1] * 4)[:, :G]
+    return torch.exp2(b.double() - 127).float()
+
+
+def test_per_channel_cast_from_fp8_reference_vs_torch_float8():
+    """v = q * sf_in, per-channel scales over row groups from a zero-padded copy, out = e4m3(v * inv); out_sf
+    in TileKernels' layouts (its transpose): float32 [row groups, H], or four row groups' UE8M0 bytes per int32."""
+    pkg = registry.op_package("per_channel_cast_from_fp8")
+
+    @given(_cases("per_channel_cast_from_fp8"))
+    def prop(case):
+        t = build_inputs(case)
+        p = case["params"]
+        T, H = case["dims"]["T"], case["dims"]["H"]
+        out, out_sf = reference_outputs(pkg.OP, pkg, t, p)
+        v = t["q"].float() * _input_scales(t["sf"], p["in_scale"], H // p["in_group"]).repeat_interleave(p["in_group"], 1)
+        osf, inv = oracle_block_scales(v, p["group_tokens"], 1, "fp32" if p["scale"] == "fp32" else "pow2")
+        assert same_bits(out, _cast(v * inv.repeat_interleave(p["group_tokens"], 0)[:T]))
+        want = _ue8m0_words(osf.T).T if p["scale"] == "ue8m0" else osf          # [ceil(groups / 4), H] words
+        assert same_bits(out_sf.T, want)
+    prop()

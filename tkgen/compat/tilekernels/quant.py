@@ -109,9 +109,23 @@ def per_block_cast_lossless(x, fmt: str, x_block_size, out_block_size, use_tma_a
 
 def per_channel_cast(x, fmt: str, num_per_tokens: int, round_sf=False, num_per_channels=None,
                      use_packed_ue8m0=False):
+    """(out, out_sf) of a plain x or of a per-token quantized (q, sf) with `num_per_channels` channels per
+    input scale; out_sf float32 [T / num_per_tokens, H], or with use_packed_ue8m0 (quantized inputs) int32
+    [ceil(T / num_per_tokens / 4), H], four row groups per word."""
     name = "quant.per_channel_cast"
-    need(isinstance(x, torch.Tensor) and num_per_channels is None, name, "of a quantized input")
-    need(not use_packed_ue8m0, name, "with use_packed_ue8m0=True (TileKernels packs four row groups per word)")
+    if isinstance(x, (tuple, list)):
+        q, sf = quant_tensor(name, x)
+        need(q.dtype == torch.float8_e4m3fn, name, f"of {q.dtype} codes")
+        # unpacked input scales tell their group width by their shape; packed words do not
+        need(num_per_channels is not None or input_scale(sf) != "ue8m0", name,
+             "of packed UE8M0 input scales without num_per_channels")
+        in_group = num_per_channels if num_per_channels is not None else q.shape[1] // max(1, sf.shape[1])
+        out, out_sf = ops().per_channel_cast_from_fp8(q, row_major(sf), fmt, num_per_tokens, in_group,
+                                                      input_scale(sf), scale_format(name, round_sf, use_packed_ue8m0))
+        return out, out_sf.T
+    need(num_per_channels is None, name, "of a plain input with num_per_channels")
+    need(not use_packed_ue8m0, name, "of a plain input with use_packed_ue8m0=True (TileKernels packs four row "
+                                     "groups per word, tkgen's per_channel_cast four channels)")
     return ops().per_channel_cast(x, fmt, num_per_tokens, "pow2" if round_sf else "fp32")
 
 
