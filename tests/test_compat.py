@@ -377,3 +377,23 @@ def test_options_tkgen_lacks_raise_naming_them():
         tk.quant.swiglu_forward(randn(T, 512), "bf16", torch.zeros(2, dtype=torch.int32))
     with pytest.raises(NotImplementedError, match="precomputed_sf with packed UE8M0 or e4m3 scales"):
         tk.quant.per_token_cast_with_precomputed_sf(x, "e4m3", 128, torch.ones(T, 4), use_e4m3_sf=True)
+
+
+def test_runtime_knobs():
+    """2.1.0's config knobs: the defaults, what is stored, and the amax clamp only at tkgen's floors."""
+    assert tk.config.get_amax_clamp_for_quant is tk.get_amax_clamp_for_quant
+    assert [tk.get_amax_clamp_for_quant(f, e) for f in ("e4m3", "e2m1") for e in (False, True)] == \
+        [1e-4, 0.875, 6 * 2.0 ** -126, 6 * 2.0 ** -9]
+    tk.set_amax_clamp_for_quant("e4m3", True, 0.875)
+    with pytest.raises(NotImplementedError, match="set_amax_clamp_for_quant with a clamp other than"):
+        tk.set_amax_clamp_for_quant("e4m3", False, 1e6)
+    try:
+        tk.set_token_alignment(256)
+        tk.use_deterministic_algorithms(True)
+        tk.set_pdl(True)
+        with pytest.raises(ValueError, match="positive integer"):
+            tk.set_token_alignment(0)
+        assert (tk.get_token_alignment(), tk.get_deterministic_algorithms(), tk.get_pdl()) == (256, True, True)
+    finally:
+        tk.reset_runtime_config()
+    assert (tk.get_token_alignment(), tk.get_deterministic_algorithms(), tk.get_pdl()) == (128, False, False)
