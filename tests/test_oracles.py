@@ -4,6 +4,7 @@ Oracles are written here by hand, per operator, on purpose: they must not share 
 """
 import importlib
 
+import pytest
 import torch
 from hypothesis import assume, given, settings
 
@@ -129,6 +130,17 @@ def oracle_decode(q, fmt, H):
     return (h.reshape(q.shape[0], H) << 4).to(torch.int32).to(torch.int16).view(torch.float16).float()
 
 
+def _input_scales(sf, scale, G):
+    """float32 [rows, G] values of a scale input: float32, e4m3 codes (torch's decode), or UE8M0 bytes, one
+    per uint8 or four per int32 word."""
+    if scale == "fp32":
+        return sf
+    if scale == "e4m3":
+        return sf.float()
+    b = sf.contiguous().view(torch.uint8).to(torch.int64).reshape(sf.shape[0], sf.shape[1] * sf.element_size())
+    return torch.exp2(b[:, :G].double() - 127).float()
+
+
 def test_cast_back_reference_vs_independent_decoders():
     pkg = registry.op_package("cast_back")
 
@@ -138,13 +150,7 @@ def test_cast_back_reference_vs_independent_decoders():
         p = case["params"]
         T, H = case["dims"]["T"], case["dims"]["H"]
         (y,) = reference_outputs(pkg.OP, pkg, t, p)
-        sf = t["sf"]
-        if p["scale"] == "e4m3":
-            sf = sf.float()                                           # torch's float8 decode
-        elif p["scale"] != "fp32":
-            b = sf.contiguous().view(torch.uint8).to(torch.int64).reshape(sf.shape[0], sf.shape[1] * sf.element_size())
-            b = b[:, :H // p["block"]]
-            sf = torch.exp2(b.double() - 127).float()
+        sf = _input_scales(t["sf"], p["scale"], H // p["block"])
         sf = sf.repeat_interleave(p["block_rows"], dim=0)[:T]          # one scale row per block of rows
         want = oracle_decode(t["q"], p["fmt"], H).reshape(T, H // p["block"], p["block"]) * sf[..., None]
         assert same_bits(y, want.reshape(T, H).to(torch.bfloat16 if p["out"] == "bf16" else torch.float32))
@@ -245,17 +251,6 @@ def test_per_block_cast_modes_agree_with_the_full_cast():
         (q,) = reference_outputs(given_.OP, given_, {"x": x, "sf": sf}, sp)
         inv = (torch.ones_like(sf) / sf).repeat_interleave(p["block_rows"], 0)[:x.shape[0]]
         assert same_bits(q, _cast(x.float() * inv.repeat_interleave(p["block_cols"], 1)))
-    prop()
-
-
-def test_batched_transpose_reference_is_a_bitwise_transpose():
-    pkg = registry.op_package("batched_transpose")
-
-    @given(_cases("batched_transpose"))
-    def prop(case):
-        x = build_inputs(case)["x"]
-        (out,) = reference_outputs(pkg.OP, pkg, {"x": x}, {})
-        assert same_bits(out, x.transpose(1, 2).contiguous())
     prop()
 
 
@@ -405,68 +400,52 @@ def test_per_block_cast_lossless_reference_vs_float64_exponents():
     prop()
 
 
+def _for_drawn_cases(name, check):
+    """check(case, inputs, params, reference outputs) on the cases of op `name`'s strategy."""
+    pkg = registry.op_package(name)
+
+    @given(_cases(name))
+    def prop(case):
+        t = build_inputs(case)
+        check(case, t, case["params"], reference_outputs(pkg.OP, pkg, t, case["params"]))
+    prop()
+
+
+@pytest.mark.parametrize("name", ["batched_transpose", "transpose"])
+def test_transpose_references_are_bitwise_transposes(name):
+    def check(case, t, p, outs):
+        want = t["x"].transpose(-2, -1).clone(memory_format=torch.contiguous_format)
+        assert torch.equal(outs[0].view(torch.uint8), want.view(torch.uint8))     # NaN payloads too
+    _for_drawn_cases(name, check)
+
+
 def test_cast_reference_vs_torch_conversions():
     """y = x.to(dtype), into e4m3 through torch's cast of x clamped to ±448 (TileKernels' own oracle)."""
-    pkg = registry.op_package("cast")
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn}
 
-    @given(_cases("cast"))
-    def prop(case):
-        x = build_inputs(case)["x"]
-        dt = dtypes[case["params"]["dtype"]]
-        (y,) = reference_outputs(pkg.OP, pkg, {"x": x}, case["params"])
-        assert same_bits(y, x.float().clamp(-448.0, 448.0).to(dt) if dt == torch.float8_e4m3fn else x.to(dt))
-    prop()
-
-
-def test_transpose_reference_is_a_bitwise_transpose():
-    pkg = registry.op_package("transpose")
-
-    @given(_cases("transpose"))
-    def prop(case):
-        x = build_inputs(case)["x"]
-        (out,) = reference_outputs(pkg.OP, pkg, {"x": x}, {})
-        want = x.T.clone(memory_format=torch.contiguous_format)
-        assert torch.equal(out.view(torch.uint8), want.view(torch.uint8))     # NaN payloads too
-    prop()
+    def check(case, t, p, outs):
+        x, dt = t["x"], dtypes[p["dtype"]]
+        assert same_bits(outs[0], x.float().clamp(-448.0, 448.0).to(dt) if dt == torch.float8_e4m3fn else x.to(dt))
+    _for_drawn_cases("cast", check)
 
 
 def test_unpack_from_e2m1fn_x2_reference_vs_ml_dtypes():
-    pkg = registry.op_package("unpack_from_e2m1fn_x2")
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
-    @given(_cases("unpack_from_e2m1fn_x2"))
-    def prop(case):
-        q = build_inputs(case)["q"]
-        (y,) = reference_outputs(pkg.OP, pkg, {"q": q}, case["params"])
-        assert same_bits(y, oracle_decode(q, "e2m1", case["dims"]["H"]).to(dtypes[case["params"]["out"]]))
-    prop()
-
-
-def _input_scales(sf, in_scale, G):
-    """float32 [T, G] values of a per-token scale input: float32, e4m3 codes, or UE8M0 bytes four per word."""
-    if in_scale == "fp32":
-        return sf
-    if in_scale == "e4m3":
-        return sf.float()
-    b = sf.contiguous().view(torch.uint8).to(torch.int64).reshape(sf.shape[0], sf.shape[1] * 4)[:, :G]
-    return torch.exp2(b.double() - 127).float()
+    def check(case, t, p, outs):
+        assert same_bits(outs[0], oracle_decode(t["q"], "e2m1", case["dims"]["H"]).to(dtypes[p["out"]]))
+    _for_drawn_cases("unpack_from_e2m1fn_x2", check)
 
 
 def test_per_channel_cast_from_fp8_reference_vs_torch_float8():
     """v = q * sf_in, per-channel scales over row groups from a zero-padded copy, out = e4m3(v * inv); out_sf
     in TileKernels' layouts (its transpose): float32 [row groups, H], or four row groups' UE8M0 bytes per int32."""
-    pkg = registry.op_package("per_channel_cast_from_fp8")
-
-    @given(_cases("per_channel_cast_from_fp8"))
-    def prop(case):
-        t = build_inputs(case)
-        p = case["params"]
+    def check(case, t, p, outs):
+        out, out_sf = outs
         T, H = case["dims"]["T"], case["dims"]["H"]
-        out, out_sf = reference_outputs(pkg.OP, pkg, t, p)
         v = t["q"].float() * _input_scales(t["sf"], p["in_scale"], H // p["in_group"]).repeat_interleave(p["in_group"], 1)
         osf, inv = oracle_block_scales(v, p["group_tokens"], 1, "fp32" if p["scale"] == "fp32" else "pow2")
         assert same_bits(out, _cast(v * inv.repeat_interleave(p["group_tokens"], 0)[:T]))
         want = _ue8m0_words(osf.T).T if p["scale"] == "ue8m0" else osf          # [ceil(groups / 4), H] words
         assert same_bits(out_sf.T, want)
-    prop()
+    _for_drawn_cases("per_channel_cast_from_fp8", check)
