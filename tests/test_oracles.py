@@ -411,7 +411,7 @@ def _for_drawn_cases(name, check):
     prop()
 
 
-@pytest.mark.parametrize("name", ["batched_transpose", "transpose"])
+@pytest.mark.parametrize("name", ["batched_transpose", "transpose_2d"])
 def test_transpose_references_are_bitwise_transposes(name):
     def check(case, t, p, outs):
         want = t["x"].transpose(-2, -1).clone(memory_format=torch.contiguous_format)
@@ -426,7 +426,7 @@ def test_cast_reference_vs_torch_conversions():
     def check(case, t, p, outs):
         x, dt = t["x"], dtypes[p["dtype"]]
         assert same_bits(outs[0], x.float().clamp(-448.0, 448.0).to(dt) if dt == torch.float8_e4m3fn else x.to(dt))
-    _for_drawn_cases("cast", check)
+    _for_drawn_cases("elementwise_cast", check)
 
 
 def test_unpack_from_e2m1fn_x2_reference_vs_ml_dtypes():

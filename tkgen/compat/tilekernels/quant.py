@@ -265,10 +265,10 @@ def cast(x, dtype, stochastic_rounding=False):
     assert x.is_contiguous()
     flat, dtype = x.reshape(-1), as_format(dtype)
     if flat.numel() <= CAST_CHUNK:
-        return ops().cast(flat, dtype).view(x.shape)
+        return ops().elementwise_cast(flat, dtype).view(x.shape)
     y = torch.empty(flat.shape, dtype=_TORCH[dtype], device=x.device)
     for i in range(0, flat.numel(), CAST_CHUNK):
-        written_into("cast", (y[i:i + CAST_CHUNK],), {"x": flat[i:i + CAST_CHUNK]}, {"dtype": dtype})
+        written_into("elementwise_cast", (y[i:i + CAST_CHUNK],), {"x": flat[i:i + CAST_CHUNK]}, {"dtype": dtype})
     return y.view(x.shape)
 
 

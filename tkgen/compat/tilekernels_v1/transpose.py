@@ -11,7 +11,7 @@ def transpose(x):
     """[M, N] -> [N, M], contiguous, bit for bit. TileKernels also takes a row-strided x; tkgen's kernels
     take no strided inputs yet."""
     need(x.is_contiguous(), "transpose.transpose", "of a strided input (row stride != N)")
-    return ops().transpose(x)
+    return ops().transpose_2d(x)
 
 
 __all__ = ["transpose", "batched_transpose"]

@@ -1,7 +1,7 @@
-"""`cast` (TileKernels 2.1.0's round-to-nearest-even mode): every dtype pair of fp32, bf16 and e4m3, the CPU
-kernel against torch's own conversions (saturating to ±448 into e4m3, as TileKernels' test does:
-`clamp(±448).to(dtype)`), bit for bit, on every bf16 and e4m3 code, on random float32 bit patterns and on
-the edges of each format; and the sizes of TileKernels' test (a block tail of 256, 128, 32, 4 or 1)."""
+"""`elementwise_cast` (TileKernels 2.1.0's `cast`, its round-to-nearest-even mode): every dtype pair of fp32,
+bf16 and e4m3, the CPU kernel against torch's own conversions (saturating to ±448 into e4m3, as TileKernels'
+test does: `clamp(±448).to(dtype)`), bit for bit, on every bf16 and e4m3 code, on random float32 bit patterns
+and on the edges of each format; and the sizes of TileKernels' test (a block tail of 256, 128, 32, 4 or 1)."""
 import pytest
 import torch
 
@@ -58,20 +58,20 @@ def inputs_of(src):
 @pytest.mark.parametrize("src", DTYPES)
 def test_every_pair_bit_for_bit(src, dst):
     x = inputs_of(src)
-    y = ops.cast(x, DTYPES[dst])
+    y = ops.elementwise_cast(x, DTYPES[dst])
     assert y.dtype == DTYPES[dst] and y.shape == x.shape
     compare("y", y, oracle(x, DTYPES[dst]), "bit")
-    assert torch.equal(ops.cast(x, dst).view(torch.uint8), y.view(torch.uint8))      # tkgen's name works too
+    assert torch.equal(ops.elementwise_cast(x, dst).view(torch.uint8), y.view(torch.uint8))      # tkgen's name works too
 
 
 def test_saturation_signed_zeros_and_nan():
     x = torch.tensor([1e6, -1e6, float("inf"), float("-inf"), 464.0, -0.0, 0.0, 2.0 ** -11, -(2.0 ** -11),
                       float("nan")])
-    y = ops.cast(x, torch.float8_e4m3fn).view(torch.uint8).tolist()
+    y = ops.elementwise_cast(x, torch.float8_e4m3fn).view(torch.uint8).tolist()
     assert y[:5] == [0x7E, 0xFE, 0x7E, 0xFE, 0x7E]             # ±448, never NaN (0x7F) for finite or inf
     assert y[5:9] == [0x80, 0x00, 0x00, 0x80]                  # the sign of zero survives, also underflowing
     assert y[9] & 0x7F == 0x7F                                 # NaN stays NaN
-    b = ops.cast(f32([0x7F7F8000, 0x7F800001, 0x80000000]), torch.bfloat16).view(torch.int16).tolist()
+    b = ops.elementwise_cast(f32([0x7F7F8000, 0x7F800001, 0x80000000]), torch.bfloat16).view(torch.int16).tolist()
     assert b[0] == 0x7F80 and (b[1] & 0x7F80) == 0x7F80 and b[1] & 0x7F and b[2] == -0x8000
 
 
@@ -81,15 +81,15 @@ def test_sizes_with_a_tail(tail):
     n = 3 * 1024 + tail
     x = torch.randn(n, generator=torch.Generator().manual_seed(tail)) * 300
     for dst in ("e4m3", "bf16"):
-        compare("y", ops.cast(x, dst), oracle(x, DTYPES[dst]), "bit")
-    assert ops.cast(x[:0], "bf16").shape == (0,)
+        compare("y", ops.elementwise_cast(x, dst), oracle(x, DTYPES[dst]), "bit")
+    assert ops.elementwise_cast(x[:0], "bf16").shape == (0,)
 
 
 def test_arguments_are_checked():
     x = torch.randn(8)
     with pytest.raises(ValueError, match="`dtype` must be one of"):
-        ops.cast(x, torch.float16)
+        ops.elementwise_cast(x, torch.float16)
     with pytest.raises(TypeError, match="dtype"):
-        ops.cast(x.double(), "bf16")
+        ops.elementwise_cast(x.double(), "bf16")
     with pytest.raises(ValueError, match="rank 1"):
-        ops.cast(x.reshape(2, 4), "bf16")
+        ops.elementwise_cast(x.reshape(2, 4), "bf16")
