@@ -25,8 +25,9 @@ def _tk_sf_kwargs(scale, layout="row"):
     """TileKernels' keyword arguments for tkgen's scale format and layout. Its packed UE8M0 is tkgen's (four groups
     per int32, group j in byte j % 4), row-major or in the column-major TMA layout; it has no unpacked bytes."""
     _need(scale != "ue8m0_byte", "has no unpacked UE8M0 scales")
-    return dict(round_sf=scale in ("pow2", "ue8m0"), use_packed_ue8m0=scale == "ue8m0",
-                use_tma_aligned_col_major_sf=layout == "col")
+    kwargs = dict(round_sf=scale in ("pow2", "ue8m0"), use_packed_ue8m0=scale == "ue8m0",
+                  use_tma_aligned_col_major_sf=layout == "col")
+    return {**kwargs, "use_e4m3_sf": True} if scale == "e4m3" else kwargs
 
 
 def _tk_per_token(params, dims):
@@ -75,7 +76,8 @@ def tk_per_token_cast_and_cast_back(params, dims):
     def run(x):
         _need(x.dtype == out, f"casts back in place, into x's dtype {x.dtype}, not into {params['out']}")
         return tk.quant.per_token_cast_and_cast_back(x, params["fmt"], params["group"],
-                                                     round_sf=params["scale"] == "pow2")
+                                                     round_sf=params["scale"] == "pow2",
+                                                     use_e4m3_sf=params["scale"] == "e4m3")
     return run
 
 
@@ -142,14 +144,40 @@ def tk_per_channel_cast(params, dims):
     return lambda x: tk.quant.per_channel_cast(x, params["fmt"], params["group_tokens"], **kwargs)
 
 
-def tk_batched_transpose(params, dims):
+def tk_per_channel_cast_from_fp8(params, dims):
+    """TileKernels 2.1.0's per_channel_cast of a (q, sf) input; sf row-major as tkgen's (float32, e4m3 or UE8M0
+    words: TileKernels tells them by dtype), its col-pack for ue8m0 out_sf."""
     tk = _tile_kernels()
-    transpose = getattr(tk, "transpose", None)      # TileKernels 1.x; 2.1.0 removed the subpackage
+    _tk_whole_blocks(dims, "T")
+    scale = params["scale"]
+    kwargs = dict(round_sf=scale in ("pow2", "ue8m0"), use_packed_ue8m0=scale == "ue8m0")
+    return lambda q, sf: tk.quant.per_channel_cast((q, sf), params["fmt"], params["group_tokens"],
+                                                   num_per_channels=params["in_group"], **kwargs)
+
+
+def _tk_transpose():
+    transpose = getattr(_tile_kernels(), "transpose", None)      # TileKernels 1.x; 2.1.0 removed the subpackage
     if transpose is None:
         raise NotImplementedError("TileKernels 2.1.0 has no transpose ops (removed after 1.x)")
+    return transpose
+
+
+def tk_transpose(params, dims):
+    return _tk_transpose().transpose
+
+
+def tk_batched_transpose(params, dims):
+    transpose = _tk_transpose()
     if dims["M"] % 64 or dims["N"] % 64:
         raise NotImplementedError("TileKernels' batched_transpose needs M % 64 == 0 and N % 64 == 0")
     return lambda x: transpose.batched_transpose(x)
+
+
+def tk_cast(params, dims):
+    """TileKernels 2.1.0's quant.cast in its round-to-nearest-even mode (x of any shape; tkgen's is flat)."""
+    tk = _tile_kernels()
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn}[params["dtype"]]
+    return lambda x: tk.quant.cast(x, dtype)
 
 
 def _tk_swiglu_moe(params, weights, pos_to_token_topk, pos_to_expert):
@@ -257,6 +285,9 @@ ADAPTERS = {
         "per_block_cast_lossless": tk_per_block_cast_lossless,
         "per_channel_cast": tk_per_channel_cast,
         "batched_transpose": tk_batched_transpose,
+        "elementwise_cast": tk_cast,
+        "transpose_2d": tk_transpose,
+        "per_channel_cast_from_fp8": tk_per_channel_cast_from_fp8,
         "swiglu_forward": tk_swiglu_forward,
         "swiglu_forward_and_per_token_cast": tk_swiglu_forward_and_per_token_cast,
         "swiglu_backward": tk_swiglu_backward,

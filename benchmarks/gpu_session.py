@@ -142,6 +142,10 @@ def anchors():
         cases.append(("per_token_cast", {"T": 333, "H": 96}, {"fmt": "e4m3", "group": 32, "scale": scale, "sf_layout": "row"}, {"x": "bf16"}))
     for fmt, scale, group in (("e5m2", "ue8m0_byte", 128), ("e2m1", "ue8m0", 32), ("e5m6", "pow2", 7168)):
         cases.append(("per_token_cast", {"T": 8192, "H": 7168}, {"fmt": fmt, "group": group, "scale": scale, "sf_layout": "col"}, {"x": "bf16"}))
+    cases.append(("per_token_cast", {"T": 8192, "H": 7168}, {"fmt": "e4m3", "group": 128, "scale": "e4m3", "sf_layout": "row"}, {"x": "bf16"}))
+    for src, dtype in (("bf16", "e4m3"), ("fp32", "bf16"), ("fp32", "e4m3"), ("e4m3", "fp32")):
+        cases.append(("elementwise_cast", {"N": (1 << 22) + 129}, {"dtype": dtype}, {"x": src}))
+    cases.append(("transpose_2d", {"M": 8064, "N": 7168}, {}, {"x": "bf16"}))
     for T_, E, k in ((8192, 256, 8), (4001, 72, 6), (8001, 128, 6), (17, 512, 32), (5, 33, 33), (1, 1, 1), (999, 384, 9)):
         cases.append(("topk_gate", {"T": T_, "E": E}, {"k": k}, {}))
     by_op = {}

@@ -64,6 +64,49 @@ def test_per_token_cast(flags, scale, layout, fmt, npc):
             out.view(torch.uint8), want.view(torch.uint8))
 
 
+@pytest.mark.parametrize("fmt, npc", [("e4m3", 128), ("e4m3", 32), ("e2m1", 32)])
+def test_e4m3_scales(fmt, npc):
+    """use_e4m3_sf: tkgen's scale="e4m3" (float8_e4m3fn scales), in every op whose 2.1.0 signature has it;
+    cast_back tells e4m3 input scales by their dtype."""
+    x = randn(T, H)
+    q, sf = tk.quant.per_token_cast(x, fmt, npc, use_e4m3_sf=True)
+    same((q, sf), ops.per_token_cast(x, fmt, npc, "e4m3"))
+    assert sf.dtype == torch.float8_e4m3fn
+    same(tk.quant.per_token_cast_with_sf_only(x, fmt, npc, use_e4m3_sf=True), sf)
+    same(tk.quant.cast_back((q, sf), "fp32", (1, npc)), ops.cast_back(q, sf, fmt, npc, "e4m3", "fp32"))
+    y = x.clone()
+    tk.quant.per_token_cast_and_cast_back(y, fmt, npc, use_e4m3_sf=True)
+    same(y, ops.per_token_cast_and_cast_back(x, fmt, npc, "e4m3", "bf16"))
+    with pytest.raises(AssertionError, match="incompatible with round_sf"):
+        tk.quant.per_token_cast(x, fmt, npc, round_sf=True, use_e4m3_sf=True)
+
+
+@pytest.mark.parametrize("flags, scale, layout", LAYOUTS)
+def test_out_is_written_by_the_kernel(flags, scale, layout):
+    """out=: the kernel stores into the given tensors (no copy), which are returned; tensors laid out
+    otherwise than tkgen allocates them are refused."""
+    x = randn(T, H)
+    want = ops.per_token_cast(x, "e4m3", 128, scale, layout)
+    out = ops.per_token_cast(torch.zeros_like(x), "e4m3", 128, scale, layout)     # buffers of that layout
+    got = tk.quant.per_token_cast(x, "e4m3", 128, None, *flags, out=out)
+    assert got[0] is out[0] and got[1] is out[1]
+    same(got, want)
+    sf_only = torch.empty_like(want[1].contiguous())
+    if layout == "row":
+        assert tk.quant.per_token_cast_with_sf_only(x, "e4m3", 128, *flags, out_sf=sf_only) is sf_only
+        same(sf_only, want[1])
+        pre = torch.empty_like(want[0])
+        if scale == "fp32":
+            assert tk.quant.per_token_cast_with_precomputed_sf(x, "e4m3", 128, want[1], out=pre) is pre
+            same(pre, ops.per_token_cast_with_precomputed_sf(x, want[1], "e4m3", 128))
+        q, sf = ops.per_block_cast(x, "e4m3", 32, 32, scale)
+        out = (torch.empty_like(q), torch.empty_like(sf))
+        assert tk.quant.per_block_cast(x, "e4m3", (32, 32), *flags, out=out)[1] is out[1]
+        same(out, (q, sf))
+    with pytest.raises(ValueError, match="an `out` tensor must be"):
+        tk.quant.per_token_cast(x, "e4m3", 128, None, *flags, out=(want[0].bfloat16(), want[1]))
+
+
 @pytest.mark.parametrize("fmt, scale_flags, scale", [("e4m3", (False, False, False), "fp32"),
                                                       ("e4m3", (True, True, True), "ue8m0"),
                                                       ("e2m1", (True, True, True), "ue8m0")])
@@ -136,6 +179,25 @@ def test_per_channel_cast_and_transpose(round_sf, npt):
     for without in (False, True):
         same(tk1.quant.swiglu_forward_and_per_channel_cast_and_transpose(x, "e4m3", npt, round_sf, without, 10.0),
              ops.swiglu_forward_and_per_channel_cast_and_transpose(x, "e4m3", npt, scale, not without, 10.0))
+
+
+@pytest.mark.parametrize("flags, in_scale, npt, npc, packed", [
+    ((False, False, False), "fp32", 128, 128, False), ((True, True, True), "ue8m0", 32, 32, True),
+    ((False, False, False), "e4m3", 128, 32, True), ((False, True, False), "fp32", 32, 128, True)])
+def test_per_channel_cast_of_a_quantized_input(flags, in_scale, npt, npc, packed):
+    """2.1.0's per_channel_cast of (q, sf) from per_token_cast (any of its scale layouts): tkgen's
+    per_channel_cast_from_fp8, its scales transposed into TileKernels' float32 [T / npt, H] or col-pack."""
+    x = randn(256, H)
+    q, sf = tk.quant.per_token_cast(x, "e4m3", npc, None, *flags, use_e4m3_sf=in_scale == "e4m3")
+    out, out_sf = ops.per_channel_cast_from_fp8(q, sf.contiguous(), "e4m3", npt, npc, in_scale,
+                                                "ue8m0" if packed else "fp32")
+    got = tk.quant.per_channel_cast((q, sf), "e4m3", npt, packed, npc, packed)
+    same(got, (out, out_sf.T))
+    assert got[1].is_contiguous() and got[1].shape == ((256 // npt + 3) // 4 if packed else 256 // npt, H)
+    if in_scale != "ue8m0":                                           # npc from the shapes
+        same(tk.quant.per_channel_cast((q, sf), "e4m3", npt, packed, None, packed), got)
+    if not packed:
+        same(tk1.quant.per_channel_cast_fused((q, sf), "e4m3", npt, False, npc), got)
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -233,6 +295,31 @@ def test_topk_gate_and_transpose():
     x = randn(3, 64, 128).to(torch.float8_e4m3fn)
     same(tk1.transpose.batched_transpose(x), ops.batched_transpose(x))
     same(tk1.transpose.transpose(x[0]), x[0].T.contiguous())
+    same(tk1.transpose.transpose(x[0]), ops.transpose_2d(x[0]))
+    with pytest.raises(NotImplementedError, match="transpose.transpose of a strided input"):
+        tk1.transpose.transpose(torch.zeros(64, 256)[:, :128])     # TileKernels' test: row stride 2N
+
+
+@pytest.mark.parametrize("root", [tk, tk1], ids=["2.1.0", "1.0"])
+def test_unpack_from_e2m1fn_x2(root):
+    q, _ = tk.quant.per_token_cast(randn(T, H), "e2m1", 32)
+    want = ops.unpack_from_e2m1fn_x2(q)
+    same(root.quant.unpack_from_e2m1fn_x2(q), want)
+    same(root.quant.unpack_from_e2m1fn_x2(q.view(torch.uint8).reshape(3, 11, H // 2)), want.reshape(3, 11, H))
+    same(root.quant.unpack_from_e2m1fn_x2(q, torch.bfloat16), ops.unpack_from_e2m1fn_x2(q, "bf16"))
+    assert root.quant.unpack_from_e2m1fn_x2(q[:, :0]).shape == (T, 0)
+
+
+@pytest.mark.parametrize("src, dst", [(torch.bfloat16, torch.float8_e4m3fn), (torch.float32, torch.bfloat16),
+                                      (torch.float8_e4m3fn, torch.float32)])
+def test_cast_any_shape_and_in_chunks(src, dst, monkeypatch):
+    x = (randn(3, 5, 77, dtype=torch.float32) * 300).to(src)
+    want = ops.elementwise_cast(x.reshape(-1), dst).view(x.shape)
+    same(tk.quant.cast(x, dst), want)
+    monkeypatch.setattr(tk.quant, "CAST_CHUNK", 1024)      # 3 launches, each into its slice of one result
+    same(tk.quant.cast(x, dst), want)
+    with pytest.raises(NotImplementedError, match="cast with stochastic_rounding=True"):
+        tk.quant.cast(x, dst, stochastic_rounding=True)
 
 
 # Each release's public names (their __init__ files), module by module.
@@ -287,5 +374,25 @@ def test_options_tkgen_lacks_raise_naming_them():
         tk.quant.per_token_cast(x, "e4m3", 128, stochastic_cast=True)
     with pytest.raises(NotImplementedError, match="psum_num_tokens_per_expert"):
         tk.quant.swiglu_forward(randn(T, 512), "bf16", torch.zeros(2, dtype=torch.int32))
-    with pytest.raises(NotImplementedError, match="use_e4m3_sf"):
-        tk.quant.per_token_cast_with_sf_only(x, "e4m3", 128, use_e4m3_sf=True)
+    with pytest.raises(NotImplementedError, match="precomputed_sf with packed UE8M0 or e4m3 scales"):
+        tk.quant.per_token_cast_with_precomputed_sf(x, "e4m3", 128, torch.ones(T, 4), use_e4m3_sf=True)
+
+
+def test_runtime_knobs():
+    """2.1.0's config knobs: the defaults, what is stored, and the amax clamp only at tkgen's floors."""
+    assert tk.config.get_amax_clamp_for_quant is tk.get_amax_clamp_for_quant
+    assert [tk.get_amax_clamp_for_quant(f, e) for f in ("e4m3", "e2m1") for e in (False, True)] == \
+        [1e-4, 0.875, 6 * 2.0 ** -126, 6 * 2.0 ** -9]
+    tk.set_amax_clamp_for_quant("e4m3", True, 0.875)
+    with pytest.raises(NotImplementedError, match="set_amax_clamp_for_quant with a clamp other than"):
+        tk.set_amax_clamp_for_quant("e4m3", False, 1e6)
+    try:
+        tk.set_token_alignment(256)
+        tk.use_deterministic_algorithms(True)
+        tk.set_pdl(True)
+        with pytest.raises(ValueError, match="positive integer"):
+            tk.set_token_alignment(0)
+        assert (tk.get_token_alignment(), tk.get_deterministic_algorithms(), tk.get_pdl()) == (256, True, True)
+    finally:
+        tk.reset_runtime_config()
+    assert (tk.get_token_alignment(), tk.get_deterministic_algorithms(), tk.get_pdl()) == (128, False, False)

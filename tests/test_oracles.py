@@ -4,6 +4,7 @@ Oracles are written here by hand, per operator, on purpose: they must not share 
 """
 import importlib
 
+import pytest
 import torch
 from hypothesis import assume, given, settings
 
@@ -51,6 +52,11 @@ def oracle_encode(v, fmt):
 
 
 def oracle_scales(amax, fmt, scale):
+    if scale == "e4m3":
+        # TileKernels' E4M3 scales: the amax floored at MAX * 2^-9, sf = e4m3(a / MAX), inv = 1 / sf
+        a = amax.clamp(min=MAX[fmt] * 2.0 ** -9)
+        sf = (a / MAX[fmt]).clamp(max=448.0).to(torch.float8_e4m3fn)
+        return sf, torch.ones_like(a) / sf.float()
     if scale == "fp32":
         return amax / MAX[fmt], torch.full_like(amax, MAX[fmt]) / amax     # true divisions
     e = torch.ceil(torch.log2(amax.double() / MAX[fmt]))                  # exact in float64 here
@@ -124,6 +130,17 @@ def oracle_decode(q, fmt, H):
     return (h.reshape(q.shape[0], H) << 4).to(torch.int32).to(torch.int16).view(torch.float16).float()
 
 
+def _input_scales(sf, scale, G):
+    """float32 [rows, G] values of a scale input: float32, e4m3 codes (torch's decode), or UE8M0 bytes, one
+    per uint8 or four per int32 word."""
+    if scale == "fp32":
+        return sf
+    if scale == "e4m3":
+        return sf.float()
+    b = sf.contiguous().view(torch.uint8).to(torch.int64).reshape(sf.shape[0], sf.shape[1] * sf.element_size())
+    return torch.exp2(b[:, :G].double() - 127).float()
+
+
 def test_cast_back_reference_vs_independent_decoders():
     pkg = registry.op_package("cast_back")
 
@@ -133,11 +150,7 @@ def test_cast_back_reference_vs_independent_decoders():
         p = case["params"]
         T, H = case["dims"]["T"], case["dims"]["H"]
         (y,) = reference_outputs(pkg.OP, pkg, t, p)
-        sf = t["sf"]
-        if p["scale"] != "fp32":
-            b = sf.contiguous().view(torch.uint8).to(torch.int64).reshape(sf.shape[0], sf.shape[1] * sf.element_size())
-            b = b[:, :H // p["block"]]
-            sf = torch.exp2(b.double() - 127).float()
+        sf = _input_scales(t["sf"], p["scale"], H // p["block"])
         sf = sf.repeat_interleave(p["block_rows"], dim=0)[:T]          # one scale row per block of rows
         want = oracle_decode(t["q"], p["fmt"], H).reshape(T, H // p["block"], p["block"]) * sf[..., None]
         assert same_bits(y, want.reshape(T, H).to(torch.bfloat16 if p["out"] == "bf16" else torch.float32))
@@ -238,17 +251,6 @@ def test_per_block_cast_modes_agree_with_the_full_cast():
         (q,) = reference_outputs(given_.OP, given_, {"x": x, "sf": sf}, sp)
         inv = (torch.ones_like(sf) / sf).repeat_interleave(p["block_rows"], 0)[:x.shape[0]]
         assert same_bits(q, _cast(x.float() * inv.repeat_interleave(p["block_cols"], 1)))
-    prop()
-
-
-def test_batched_transpose_reference_is_a_bitwise_transpose():
-    pkg = registry.op_package("batched_transpose")
-
-    @given(_cases("batched_transpose"))
-    def prop(case):
-        x = build_inputs(case)["x"]
-        (out,) = reference_outputs(pkg.OP, pkg, {"x": x}, {})
-        assert same_bits(out, x.transpose(1, 2).contiguous())
     prop()
 
 
@@ -396,3 +398,54 @@ def test_per_block_cast_lossless_reference_vs_float64_exponents():
         want = {"fp32": sf, "ue8m0_byte": e_out.to(torch.uint8), "ue8m0": _ue8m0_words(sf)}[p["scale"]]
         assert same_bits(out_sf, want)
     prop()
+
+
+def _for_drawn_cases(name, check):
+    """check(case, inputs, params, reference outputs) on the cases of op `name`'s strategy."""
+    pkg = registry.op_package(name)
+
+    @given(_cases(name))
+    def prop(case):
+        t = build_inputs(case)
+        check(case, t, case["params"], reference_outputs(pkg.OP, pkg, t, case["params"]))
+    prop()
+
+
+@pytest.mark.parametrize("name", ["batched_transpose", "transpose_2d"])
+def test_transpose_references_are_bitwise_transposes(name):
+    def check(case, t, p, outs):
+        want = t["x"].transpose(-2, -1).clone(memory_format=torch.contiguous_format)
+        assert torch.equal(outs[0].view(torch.uint8), want.view(torch.uint8))     # NaN payloads too
+    _for_drawn_cases(name, check)
+
+
+def test_cast_reference_vs_torch_conversions():
+    """y = x.to(dtype), into e4m3 through torch's cast of x clamped to ±448 (TileKernels' own oracle)."""
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn}
+
+    def check(case, t, p, outs):
+        x, dt = t["x"], dtypes[p["dtype"]]
+        assert same_bits(outs[0], x.float().clamp(-448.0, 448.0).to(dt) if dt == torch.float8_e4m3fn else x.to(dt))
+    _for_drawn_cases("elementwise_cast", check)
+
+
+def test_unpack_from_e2m1fn_x2_reference_vs_ml_dtypes():
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+    def check(case, t, p, outs):
+        assert same_bits(outs[0], oracle_decode(t["q"], "e2m1", case["dims"]["H"]).to(dtypes[p["out"]]))
+    _for_drawn_cases("unpack_from_e2m1fn_x2", check)
+
+
+def test_per_channel_cast_from_fp8_reference_vs_torch_float8():
+    """v = q * sf_in, per-channel scales over row groups from a zero-padded copy, out = e4m3(v * inv); out_sf
+    in TileKernels' layouts (its transpose): float32 [row groups, H], or four row groups' UE8M0 bytes per int32."""
+    def check(case, t, p, outs):
+        out, out_sf = outs
+        T, H = case["dims"]["T"], case["dims"]["H"]
+        v = t["q"].float() * _input_scales(t["sf"], p["in_scale"], H // p["in_group"]).repeat_interleave(p["in_group"], 1)
+        osf, inv = oracle_block_scales(v, p["group_tokens"], 1, "fp32" if p["scale"] == "fp32" else "pow2")
+        assert same_bits(out, _cast(v * inv.repeat_interleave(p["group_tokens"], 0)[:T]))
+        want = _ue8m0_words(osf.T).T if p["scale"] == "ue8m0" else osf          # [ceil(groups / 4), H] words
+        assert same_bits(out_sf.T, want)
+    _for_drawn_cases("per_channel_cast_from_fp8", check)

@@ -165,12 +165,30 @@ class ElementFormat:
 
 
 @dataclass(frozen=True)
+class RoundedRatio:
+    """The rule of a scale rounded to an element format (`value: ratio_rounded`), TileKernels' E4M3
+    scales: the amax floored at max * (the element's smallest subnormal), so that sf never rounds to 0;
+    sf = element(a / max), to nearest even by the element's rules (saturating for e4m3); inv = 1 / sf."""
+
+    element: ElementFormat
+
+    def __str__(self) -> str:
+        return "ratio_rounded"
+
+
+@dataclass(frozen=True)
 class ScaleFormat:
     name: str
     doc: str
-    value: str                 # ratio | pow2_ceil
-    store: str                 # float | exponent_byte
+    value: object              # ratio | pow2_ceil, or a RoundedRatio (its element linked by the catalog)
+    store: str                 # float | exponent_byte | element (the element format's code)
     pack: Optional[dict]       # {per_word, bits, word} or None
+    element: Optional[str] = None    # ratio_rounded: the element format's name
+
+    @property
+    def element_format(self) -> Optional[ElementFormat]:
+        """The element format the scale is stored in (store: element), once linked."""
+        return self.value.element if isinstance(self.value, RoundedRatio) else None
 
     @property
     def per_word(self) -> int:
@@ -187,6 +205,8 @@ class ScaleFormat:
     def torch_dtype(self) -> str:
         if self.pack:
             return self.pack["word"]
+        if self.store == "element":
+            return self.element_format.torch_dtype
         return "float32" if self.store == "float" else "uint8"
 
 
@@ -217,15 +237,28 @@ def element_from_data(d: dict) -> ElementFormat:
     pack = Packing(pk["codes"], width, pk["words"], pk["word"], pk.get("order", "lsb_first")) if pk else None
     floor = d.get("min_amax")
     if floor is not None:
-        import struct
-        floor = struct.unpack("f", struct.pack("f", float(floor)))[0]     # the float32 the kernels use
+        floor = float32(floor)     # the float32 the kernels use
     return ElementFormat(d["format"], d["doc"], d["exponent_bits"], d["mantissa_bits"], d["bias"], d["specials"],
                          d["overflow"], cont["torch"], cont.get("storage", cont["torch"]), dict(d.get("native", {})),
                          d.get("rounding", "nearest_even"), pack, floor)
 
 
 def scale_from_data(d: dict) -> ScaleFormat:
-    return ScaleFormat(d["format"], d["doc"], d["value"], d["store"], d.get("pack"))
+    return ScaleFormat(d["format"], d["doc"], d["value"], d["store"], d.get("pack"), d.get("element"))
+
+
+def linked_scale(fmt: ScaleFormat, elements: dict) -> ScaleFormat:
+    """A scale format with its rule resolved against the element formats (ratio_rounded names one)."""
+    if fmt.element is None:
+        return fmt
+    import dataclasses
+    return dataclasses.replace(fmt, value=RoundedRatio(elements[fmt.element]))
+
+
+def float32(v: float) -> float:
+    """The float32 nearest to v, as a Python float."""
+    import struct
+    return struct.unpack("f", struct.pack("f", float(v)))[0]
 
 
 def decode_code_python(fmt: ElementFormat, code: int) -> float:
@@ -388,8 +421,40 @@ def pow2_of_int(n: ir.Expr) -> ir.Expr:
               op("select", op("ge", n, i32(-149)), subnormal, c(0.0)))
 
 
-def scale_pair(rule: str, amax: ir.Expr, fmt_max: float):
+def round_positive(fmt: ElementFormat, v: ir.Expr) -> ir.Expr:
+    """v >= 0 (or NaN) rounded to the values of `fmt`, to nearest even by its overflow rule, as a float32:
+    what decode(encode(v)) gives for such v, in float32 arithmetic and bit operations instead of the
+    codec. (Nested in the encoder of a store, the codec pair made TVM's simplifier take minutes per C
+    kernel.) Normal results round the float32 bits to the format's mantissa bits, saturating at the
+    largest finite value or overflowing to inf; below 2^emin, v + C - C with C = 2^(emin - m + 23) rounds
+    to a multiple of the smallest subnormal exactly (float32 addition rounds to nearest even, and C's ulp
+    is that subnormal). NaN stays NaN, or becomes the largest value in a format without NaN."""
+    if fmt.rounding != "nearest_even":
+        raise ValueError(f"round_positive: {fmt.name} does not round to nearest even")
+    m = fmt.mantissa_bits
+    sh = 23 - m
+    u = op("bits", v)
+    r = op("bitand", op("add", op("add", u, u32((1 << (sh - 1)) - 1)), op("bitand", op("shr", u, u32(sh)), u32(1))),
+           u32((0xFFFFFFFF >> sh) << sh))
+    top = u32(ir.f32_bits(fmt.max_value))
+    r = op("min", r, top) if fmt.overflow == "saturate" else op("select", op("gt", r, top), u32(0x7F800000), r)
+    big = float32(2.0 ** (fmt.emin - m + 23))
+    # the subtrahend as a bit pattern: the printers would take `(v + C) - C` for a cancellation (TVM's
+    # simplifier folds it) and print an IEEE intrinsic that TileLang's C backend lacks
+    sub = op("sub", op("add", v, c(big)), op("from_bits", u32(ir.f32_bits(big))))
+    out = op("select", op("ge", v, c(2.0 ** fmt.emin)), op("from_bits", r), sub)
+    if fmt.specials == "finite":          # no NaN: the codec gives the largest value, as for inf
+        out = op("select", op("ne", v, v), c(fmt.max_value), out)
+    return out
+
+
+def scale_pair(rule, amax: ir.Expr, fmt_max: float):
     """(sf, inv) from a clamped amax: the dequantization scale and the quantization multiplier."""
+    if isinstance(rule, RoundedRatio):
+        el = rule.element
+        floor = float32(fmt_max * 2.0 ** (el.emin - el.mantissa_bits))     # max times the smallest subnormal
+        sf = round_positive(el, op("div", op("max", amax, c(floor)), c(fmt_max)))
+        return sf, op("div", c(1.0), sf)
     if rule == "ratio":
         return op("div", amax, c(fmt_max)), op("div", c(fmt_max), amax)
     if rule == "pow2_ceil":

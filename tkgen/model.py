@@ -356,7 +356,32 @@ def build_format(doc: Document):
         raise doc.error(("pack",), "scale formats pack as {per_word, bits, word}")
     if d["store"] == "exponent_byte" and d["value"] != "pow2_ceil":
         raise doc.error(("store",), "exponent_byte storage needs value: pow2_ceil")
+    if (d["value"] == "ratio_rounded") != (d["store"] == "element") or (d["store"] == "element") != ("element" in d):
+        raise doc.error(("value",), "a scale rounded to an element format is value: ratio_rounded, store: element, "
+                                    "element: <format>, all three")
+    if d["store"] == "element" and "pack" in d:
+        raise doc.error(("pack",), "a scale stored as an element format's code is not packed")
     return F.scale_from_data(d)
+
+
+def link_scales(scales: dict, elements: dict, documents: dict) -> dict:
+    """Scale formats with their rules resolved: one rounded to an element format names an element format
+    that exists, is not packed and has a smallest subnormal that is a float32 value."""
+    out = {}
+    for name, fmt in scales.items():
+        if fmt.element is not None:
+            # the file defining it (the last one: a file being validated comes after the catalog's)
+            doc = ([d for d in documents.values() if d.kind == "format" and d.data.get("format") == name
+                    and d.data.get("kind") == "scale"] or [None])[-1]
+            el = elements.get(fmt.element)
+            if el is None or el.pack is not None or el.emin - el.mantissa_bits < -149:
+                why = "unknown element format" if el is None else "a packed or too wide element format"
+                err = f"{why} {fmt.element!r}; expected one of {listing(sorted(elements))}"
+                if doc is None:
+                    raise ValueError(err)
+                raise doc.error(("element",), err)
+        out[name] = F.linked_scale(fmt, elements)
+    return out
 
 
 def build_arch(doc: Document) -> Arch:
@@ -623,6 +648,7 @@ def load_catalog(root) -> Catalog:
             if arch.name in archs:
                 raise doc.error(("arch",), f"architecture {arch.name!r} is defined twice")
             archs[arch.name] = arch
+    scales = link_scales(scales, elements, docs)
     ops = {}
     for path, doc in docs.items():
         if doc.kind == "op":
@@ -685,8 +711,11 @@ def validate_document(doc: Document, base: Optional[Catalog]):
 
 def _with_format(base, fmt, doc):
     kind = "elements" if isinstance(fmt, F.ElementFormat) else "layouts" if isinstance(fmt, F.Layout) else "scales"
-    return dataclasses.replace(base, **{kind: {**getattr(base, kind), fmt.name: fmt}},
-                               documents={**base.documents, doc.path: doc})
+    documents = {**base.documents, doc.path: doc}
+    tables = {"elements": base.elements, "scales": base.scales, "layouts": base.layouts}
+    tables[kind] = {**tables[kind], fmt.name: fmt}
+    tables["scales"] = link_scales(tables["scales"], tables["elements"], documents)     # against this file too
+    return dataclasses.replace(base, **tables, documents=documents)
 
 
 def _render_checked(doc, catalog, ops):

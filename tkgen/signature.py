@@ -7,7 +7,8 @@ format or layout is resolved in exactly one place. A tensor's *element type* (`e
   words for formats with `pack`);
 - `int32`, `int64`: integers;
 - a scale format's stored element: `float32` (ratio and pow2 scales), `uint8` (UE8M0 bytes), or its
-  packing word (`int32`: four UE8M0 bytes per word);
+  packing word (`int32`: four UE8M0 bytes per word); a scale stored as an element format's codes (`e4m3`
+  scales) is that element format;
 - `@x`: whatever dtype input `x` has at the call (several `dtypes`, or `like: x`).
 """
 from __future__ import annotations
@@ -86,6 +87,10 @@ def resolve(catalog, spec, t, variant) -> TensorSig:
         scale = catalog.resolve_format(spec, t.scale_ref, variant, "scale")
         pk = scale.packing
         elem = pk.word if pk else scale.torch_dtype
+        if scale.store == "element":
+            # a scale held as an element format's codes is, to kernels and references, that format
+            fmt, scale = scale.element_format, None
+            elem = fmt.name
     elif t.like or len(t.dtypes) > 1:
         elem = "@" + (t.like or t.name)
     else:

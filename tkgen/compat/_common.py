@@ -35,10 +35,13 @@ def need(ok: bool, name: str, what: str):
         raise Missing(name, what)
 
 
-def scale_format(name, round_sf: bool, use_packed_ue8m0: bool, use_e4m3_sf: bool = False) -> str:
-    """tkgen's scale format for TileKernels' flags: float32, rounded up to a power of two, or packed UE8M0
-    (four exponent bytes per int32, which TileKernels writes only for rounded scales)."""
-    need(not use_e4m3_sf, name, "with use_e4m3_sf=True (e4m3 scales)")
+def scale_format(name, round_sf: bool, use_packed_ue8m0: bool, use_e4m3_sf=None) -> str:
+    """tkgen's scale format for TileKernels' flags: float32, rounded up to a power of two, packed UE8M0
+    (four exponent bytes per int32, which TileKernels writes only for rounded scales), or e4m3 (ops whose
+    TileKernels signature has use_e4m3_sf; None where it has not)."""
+    if use_e4m3_sf:
+        assert not round_sf, "use_e4m3_sf is incompatible with round_sf"
+        return "e4m3"
     if use_packed_ue8m0:
         need(round_sf, name, "with use_packed_ue8m0=True and round_sf=False")
         return "ue8m0"
@@ -47,8 +50,8 @@ def scale_format(name, round_sf: bool, use_packed_ue8m0: bool, use_e4m3_sf: bool
 
 def input_scale(sf: torch.Tensor) -> str:
     """The scale format of a given scale tensor, told apart as TileKernels does: int32 is packed UE8M0,
-    anything else float32 (in either layout: tkgen reads it row-major)."""
-    return "ue8m0" if sf.dtype == torch.int32 else "fp32"
+    float8_e4m3fn is e4m3, anything else float32 (in either layout: tkgen reads it row-major)."""
+    return {torch.int32: "ue8m0", torch.float8_e4m3fn: "e4m3"}.get(sf.dtype, "fp32")
 
 
 def row_major(sf: torch.Tensor) -> torch.Tensor:
@@ -66,8 +69,19 @@ def laid_out(sf: torch.Tensor, use_tma_aligned_col_major_sf: bool) -> torch.Tens
     return col_major(sf) if use_tma_aligned_col_major_sf else sf
 
 
+def written_into(name: str, out, tensors: dict, params: dict):
+    """Op `name` run with its kernel storing straight into the tensors of `out` (TileKernels' `out=`),
+    which are returned. They must have the shapes, dtypes and strides tkgen allocates (ValueError
+    otherwise). The call takes the full argument check, not the eager fast path."""
+    from .. import registry
+    from ..runtime.fastpath import run
+    outs = run(registry.op_package(name).OP, tensors, params, out=out)
+    return outs[0] if len(outs) == 1 else outs
+
+
 def into(out, result):
-    """TileKernels' `out=`: the result written into the given tensors, which are returned."""
+    """TileKernels' `out=` where tkgen's op writes new tensors: the result copied into the given tensors,
+    which are returned."""
     if out is None:
         return result
     if isinstance(result, torch.Tensor):

@@ -53,9 +53,14 @@ def materialize(recipe: dict, shape, device="cpu") -> torch.Tensor:
         x = torch.randn(n, generator=g) * torch.exp2(torch.randint(-40, 40, (n,), generator=g).float())
     else:
         x = torch.randn(n, generator=g)
-    x = (x * 2.0 ** recipe["scale_exp"]).to(dtype)
+    big, normal, sub = _extremes(dtype)
+    x = x * 2.0 ** recipe["scale_exp"]
+    if dtype.itemsize == 1:
+        # FP8 values as TileKernels makes them, through a saturating cast (torch's own gives NaN past the
+        # largest finite value)
+        x = x.clamp(-big, big)
+    x = x.to(dtype)
     if n:
-        big, normal, sub = _extremes(dtype)
         cols = shape[-1] if len(shape) else 1
         # row scalings first, so that a later special (max, inf, ...) lands exactly as drawn
         order = sorted(recipe["specials"], key=lambda s: s[0] not in ("huge", "tiny"))
@@ -69,7 +74,8 @@ def materialize(recipe: dict, shape, device="cpu") -> torch.Tensor:
                 r = x[row * cols:(row + 1) * cols].float() * 2.0 ** 60
                 x[row * cols:(row + 1) * cols] = r.clamp(-big, big).to(dtype)
             elif kind == "tiny":
-                x[row * cols:(row + 1) * cols] *= 2.0 ** -60
+                # in float32, as bf16 arithmetic rounds (FP8 has none)
+                x[row * cols:(row + 1) * cols] = (x[row * cols:(row + 1) * cols].float() * 2.0 ** -60).to(dtype)
             elif kind == "ties":
                 x[at] = x[b % n].item()
             else:

@@ -5,7 +5,8 @@ it (see tkgen/compat/__init__.py)."""
 import sys
 
 from .._missing import module
-from . import moe, quant
+from . import config, moe, quant
+from .config import *  # noqa: F401,F403  (TileKernels re-exports its knobs at the top)
 
 RELEASE = "2.1.0"
 
@@ -26,4 +27,4 @@ transform = module(__name__ + ".transform", RELEASE, ["apply_rotary"])
 for _m in (engram, mhc, modeling, modeling.engram, rand, transform):
     sys.modules[_m.__name__] = _m          # `from tkgen.compat.tilekernels.rand import randn` works too
 
-__all__ = ["engram", "mhc", "modeling", "moe", "quant", "rand", "transform"]
+__all__ = ["config", "engram", "mhc", "modeling", "moe", "quant", "rand", "transform", *config.__all__]

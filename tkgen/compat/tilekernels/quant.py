@@ -5,24 +5,33 @@ from typing import Optional
 
 import torch
 
+from ...runtime.conventions import as_format
+from ...runtime.ops import TORCH_DTYPES as _TORCH
 from .._common import (element_format, input_scale, into, laid_out, missing, need, ops, out_format, quant_tensor,
-                       row_major, scale_format)
+                       row_major, scale_format, written_into)
 
 
 def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tma_aligned_col_major_sf=False,
                    round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, stochastic_cast=False, out=None):
+    """(q, sf); with `out=(q, sf)` the kernel writes into those tensors (laid out as tkgen allocates them:
+    q contiguous, sf row-major, or column-major with use_tma_aligned_col_major_sf)."""
     name = "quant.per_token_cast"
     need(x_block_size is None and isinstance(x, torch.Tensor), name, "of a quantized input (x_block_size)")
     need(not stochastic_cast, name, "with stochastic_cast=True")
-    scale = scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf)
-    q, sf = ops().per_token_cast(x, fmt, num_per_channels, scale, "col" if use_tma_aligned_col_major_sf else "row")
-    return into(out, (q, sf))
+    params = dict(fmt=fmt, group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf),
+                  sf_layout="col" if use_tma_aligned_col_major_sf else "row")
+    if out is not None:
+        return written_into("per_token_cast", tuple(out), {"x": x}, params)
+    return ops().per_token_cast(x, **params)
 
 
 def per_token_cast_with_sf_only(x, fmt: str, num_per_channels: int, use_tma_aligned_col_major_sf=False,
                                 round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, out_sf=None):
-    scale = scale_format("quant.per_token_cast_with_sf_only", round_sf, use_packed_ue8m0, use_e4m3_sf)
-    sf = ops().per_token_cast_with_sf_only(x, fmt, num_per_channels, scale)
+    params = dict(fmt=fmt, group=num_per_channels,
+                  scale=scale_format("quant.per_token_cast_with_sf_only", round_sf, use_packed_ue8m0, use_e4m3_sf))
+    if out_sf is not None and not use_tma_aligned_col_major_sf:
+        return written_into("per_token_cast_with_sf_only", (out_sf,), {"x": x}, params)
+    sf = ops().per_token_cast_with_sf_only(x, **params)
     return into(out_sf, laid_out(sf, use_tma_aligned_col_major_sf))
 
 
@@ -30,7 +39,10 @@ def per_token_cast_with_precomputed_sf(x, fmt: str, num_per_channels: int, sf, u
                                        round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, out=None):
     name = "quant.per_token_cast_with_precomputed_sf"
     need(input_scale(sf) == "fp32" and not use_e4m3_sf, name, "with packed UE8M0 or e4m3 scales")
-    return into(out, ops().per_token_cast_with_precomputed_sf(x, row_major(sf), fmt, num_per_channels))
+    if out is not None:
+        return written_into("per_token_cast_with_precomputed_sf", (out,), {"x": x, "sf": row_major(sf)},
+                            dict(fmt=fmt, group=num_per_channels))
+    return ops().per_token_cast_with_precomputed_sf(x, row_major(sf), fmt, num_per_channels)
 
 
 def cast_back(x, fmt: str, x_block_size, x_special_fmt: Optional[str] = None):
@@ -54,23 +66,32 @@ def per_token_cast_and_cast_back(x, fmt: str, num_per_channels: int, round_sf=Fa
 
 def per_block_cast(x, fmt: str, block_size, use_tma_aligned_col_major_sf=False, round_sf=False,
                    use_packed_ue8m0=False, out=None):
-    scale = scale_format("quant.per_block_cast", round_sf, use_packed_ue8m0)
-    q, sf = ops().per_block_cast(x, fmt, *block_size, scale)
+    """(q, sf); a given `out=(q, sf)` is written by the kernel where sf is row-major, else copied into."""
+    params = dict(fmt=fmt, block_rows=block_size[0], block_cols=block_size[1],
+                  scale=scale_format("quant.per_block_cast", round_sf, use_packed_ue8m0))
+    if out is not None and not use_tma_aligned_col_major_sf:
+        return written_into("per_block_cast", tuple(out), {"x": x}, params)
+    q, sf = ops().per_block_cast(x, **params)
     return into(out, (q, laid_out(sf, use_tma_aligned_col_major_sf)))
 
 
 def per_block_cast_with_sf_only(x, fmt: str, block_size, use_tma_aligned_col_major_sf=False, round_sf=False,
                                 use_packed_ue8m0=False, out_sf=None):
-    scale = scale_format("quant.per_block_cast_with_sf_only", round_sf, use_packed_ue8m0)
-    sf = ops().per_block_cast_with_sf_only(x, fmt, *block_size, scale)
-    return into(out_sf, laid_out(sf, use_tma_aligned_col_major_sf))
+    params = dict(fmt=fmt, block_rows=block_size[0], block_cols=block_size[1],
+                  scale=scale_format("quant.per_block_cast_with_sf_only", round_sf, use_packed_ue8m0))
+    if out_sf is not None and not use_tma_aligned_col_major_sf:
+        return written_into("per_block_cast_with_sf_only", (out_sf,), {"x": x}, params)
+    return into(out_sf, laid_out(ops().per_block_cast_with_sf_only(x, **params), use_tma_aligned_col_major_sf))
 
 
 def per_block_cast_with_precomputed_sf(x, fmt: str, block_size, sf, use_tma_aligned_col_major_sf=False,
                                        round_sf=False, use_packed_ue8m0=False, out=None):
     name = "quant.per_block_cast_with_precomputed_sf"
     need(input_scale(sf) == "fp32", name, "with packed UE8M0 scales")
-    return into(out, ops().per_block_cast_with_precomputed_sf(x, row_major(sf), fmt, *block_size))
+    params = dict(fmt=fmt, block_rows=block_size[0], block_cols=block_size[1])
+    if out is not None:
+        return written_into("per_block_cast_with_precomputed_sf", (out,), {"x": x, "sf": row_major(sf)}, params)
+    return ops().per_block_cast_with_precomputed_sf(x, row_major(sf), **params)
 
 
 def per_block_cast_lossless(x, fmt: str, x_block_size, out_block_size, use_tma_aligned_col_major_sf=False,
@@ -88,9 +109,23 @@ def per_block_cast_lossless(x, fmt: str, x_block_size, out_block_size, use_tma_a
 
 def per_channel_cast(x, fmt: str, num_per_tokens: int, round_sf=False, num_per_channels=None,
                      use_packed_ue8m0=False):
+    """(out, out_sf) of a plain x or of a per-token quantized (q, sf) with `num_per_channels` channels per
+    input scale; out_sf float32 [T / num_per_tokens, H], or with use_packed_ue8m0 (quantized inputs) int32
+    [ceil(T / num_per_tokens / 4), H], four row groups per word."""
     name = "quant.per_channel_cast"
-    need(isinstance(x, torch.Tensor) and num_per_channels is None, name, "of a quantized input")
-    need(not use_packed_ue8m0, name, "with use_packed_ue8m0=True (TileKernels packs four row groups per word)")
+    if isinstance(x, (tuple, list)):
+        q, sf = quant_tensor(name, x)
+        need(q.dtype == torch.float8_e4m3fn, name, f"of {q.dtype} codes")
+        # unpacked input scales tell their group width by their shape; packed words do not
+        need(num_per_channels is not None or input_scale(sf) != "ue8m0", name,
+             "of packed UE8M0 input scales without num_per_channels")
+        in_group = num_per_channels if num_per_channels is not None else q.shape[1] // max(1, sf.shape[1])
+        out, out_sf = ops().per_channel_cast_from_fp8(q, row_major(sf), fmt, num_per_tokens, in_group,
+                                                      input_scale(sf), scale_format(name, round_sf, use_packed_ue8m0))
+        return out, out_sf.T
+    need(num_per_channels is None, name, "of a plain input with num_per_channels")
+    need(not use_packed_ue8m0, name, "of a plain input with use_packed_ue8m0=True (TileKernels packs four row "
+                                     "groups per word, tkgen's per_channel_cast four channels)")
     return ops().per_channel_cast(x, fmt, num_per_tokens, "pow2" if round_sf else "fp32")
 
 
@@ -206,8 +241,37 @@ def norm_backward(out_grad, x, weight, rstd, residual_out_grad=None, out_scale: 
     return x_grad, wg
 
 
-unpack_from_e2m1fn_x2 = missing("quant.unpack_from_e2m1fn_x2", "2.1.0")
-cast = missing("quant.cast", "2.1.0")
+
+
+def unpack_from_e2m1fn_x2(x, out_dtype=torch.float32):
+    """FP4 codes two per byte (int8 or uint8, any leading dims) -> out_dtype (float32 or bfloat16), the
+    last dim doubled, element 2i from the low nibble."""
+    name = "quant.unpack_from_e2m1fn_x2"
+    need(x.dtype in (torch.int8, torch.uint8), name, f"of a {x.dtype} tensor")
+    need(out_dtype in (torch.float32, torch.bfloat16), name, f"into {out_dtype}")
+    shape = (*x.shape[:-1], 2 * x.shape[-1])
+    if x.numel() == 0:
+        return torch.empty(shape, dtype=out_dtype, device=x.device)
+    return ops().unpack_from_e2m1fn_x2(x.reshape(-1, x.shape[-1]).view(torch.int8), out_dtype).view(shape)
+
+
+CAST_CHUNK = 1 << 30      # elements per launch: tkgen's kernels index in int32
+
+
+def cast(x, dtype, stochastic_rounding=False):
+    """x.to(dtype) for fp32, bf16 and e4m3 (saturating), any shape, rounding to nearest even. More than
+    CAST_CHUNK elements go in several launches, each writing its slice of the result."""
+    need(not stochastic_rounding, "quant.cast", "with stochastic_rounding=True")
+    assert x.is_contiguous()
+    flat, dtype = x.reshape(-1), as_format(dtype)
+    if flat.numel() <= CAST_CHUNK:
+        return ops().elementwise_cast(flat, dtype).view(x.shape)
+    y = torch.empty(flat.shape, dtype=_TORCH[dtype], device=x.device)
+    for i in range(0, flat.numel(), CAST_CHUNK):
+        written_into("elementwise_cast", (y[i:i + CAST_CHUNK],), {"x": flat[i:i + CAST_CHUNK]}, {"dtype": dtype})
+    return y.view(x.shape)
+
+
 batched_transpose_weight_sf = missing("quant.batched_transpose_weight_sf", "2.1.0")
 
 __all__ = ["per_channel_cast", "unpack_from_e2m1fn_x2", "per_token_cast", "per_token_cast_with_precomputed_sf",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from .._common import missing, need, ops, scale_format
+from .._common import need, ops, scale_format
 from ..tilekernels import quant as v2
 from ..tilekernels.quant import (cast_back, per_block_cast_lossless, per_token_cast_back,  # noqa: F401
-                                 per_token_cast_with_sf_only)
+                                 per_token_cast_with_sf_only, unpack_from_e2m1fn_x2)
 
 
 def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tma_aligned_col_major_sf=False,
@@ -95,7 +95,6 @@ def swiglu_forward_and_per_channel_cast_and_transpose(x, fmt: str, num_per_token
         x, fmt, num_per_tokens, "pow2" if round_sf else "fp32", not without_transpose, swiglu_clamp_value)
 
 
-unpack_from_e2m1fn_x2 = missing("quant.unpack_from_e2m1fn_x2", "1.0")
 
 __all__ = ["swiglu_forward_and_per_channel_cast_and_transpose", "per_channel_cast", "per_channel_cast_fused",
            "per_channel_cast_and_transpose", "swiglu_forward_and_per_token_cast", "swiglu_backward_and_per_token_cast",
