@@ -19,7 +19,8 @@ tune`. The rewrites, in the order `apply` runs them:
 7. `fuse`: consecutive elementwise statements over the same axes share one loop (loads keep their own,
    which TileLang then vectorizes to 16 bytes);
 8. `coalesce_widening_loads` (CUDA): a load of elements narrower than what is stored over the same axes is
-   laid out for the store (`vector_bytes` of the stored type per thread).
+   laid out for the store (`vector_bytes` of the stored type per thread), where the tile is within its
+   budget (`tile_elems`).
 """
 from __future__ import annotations
 

@@ -408,13 +408,13 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -492,13 +492,13 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -583,13 +583,13 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
             ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             wg = T.alloc_fragment((B_t, B_g), 'float32')
             _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -685,13 +685,13 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             wg = T.alloc_fragment((B_t, B_g), 'float32')
             _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -1132,13 +1132,13 @@ def build_fp32_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -1216,13 +1216,13 @@ def build_fp32_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -1307,13 +1307,13 @@ def build_fp32_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
             ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             wg = T.alloc_fragment((B_t, B_g), 'float32')
             _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -1409,13 +1409,13 @@ def build_fp32_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             wg = T.alloc_fragment((B_t, B_g), 'float32')
             _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -1856,13 +1856,13 @@ def build_pow2_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -1940,13 +1940,13 @@ def build_pow2_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -2031,13 +2031,13 @@ def build_pow2_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
             ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             wg = T.alloc_fragment((B_t, B_g), 'float32')
             _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -2133,13 +2133,13 @@ def build_pow2_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             wg = T.alloc_fragment((B_t, B_g), 'float32')
             _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -2580,13 +2580,13 @@ def build_pow2_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -2664,13 +2664,13 @@ def build_pow2_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -2755,13 +2755,13 @@ def build_pow2_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
             ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             wg = T.alloc_fragment((B_t, B_g), 'float32')
             _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -2857,13 +2857,13 @@ def build_pow2_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             wg = T.alloc_fragment((B_t, B_g), 'float32')
             _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -3350,13 +3350,13 @@ def build_ue8m0_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -3444,13 +3444,13 @@ def build_ue8m0_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
             x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -3545,13 +3545,13 @@ def build_ue8m0_row_true_with_weights(H, group, routed_scaling_factor, clamp, ac
             ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             wg = T.alloc_fragment((B_t, B_g), 'float32')
             _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -3657,13 +3657,13 @@ def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor
             ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             wg = T.alloc_fragment((B_t, B_g), 'float32')
             _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -4154,13 +4154,13 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -4248,13 +4248,13 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
             x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -4349,13 +4349,13 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
             ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             wg = T.alloc_fragment((B_t, B_g), 'float32')
             _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
@@ -4461,13 +4461,13 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
             ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             wg = T.alloc_fragment((B_t, B_g), 'float32')
             _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=T.int32(16)):
+            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=(T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
                 _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)), T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))

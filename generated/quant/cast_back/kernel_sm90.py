@@ -38,7 +38,7 @@ def build_e4m3_fp32_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], T.float32(0.0))
@@ -71,7 +71,7 @@ def build_e4m3_fp32_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_e
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(4)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], T.float32(0.0))
@@ -104,7 +104,7 @@ def build_e4m3_ue8m0_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.reinterpret((((T.if_then_else(((b_b * B_b + i_b) < N_b), (T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
@@ -137,7 +137,7 @@ def build_e4m3_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(4)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.reinterpret((((T.if_then_else(((b_b * B_b + i_b) < N_b), (T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
@@ -170,7 +170,7 @@ def build_e4m3_ue8m0_byte_bf16(H, block, block_rows, *, threads=128, block_b=4, 
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.reinterpret((T.if_then_else(((b_b * B_b + i_b) < N_b), (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
@@ -203,7 +203,7 @@ def build_e4m3_ue8m0_byte_fp32(H, block, block_rows, *, threads=128, block_b=4, 
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(4)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.reinterpret((T.if_then_else(((b_b * B_b + i_b) < N_b), (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
@@ -236,7 +236,7 @@ def build_e4m3_e4m3_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
@@ -269,7 +269,7 @@ def build_e4m3_e4m3_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_e
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(4)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
@@ -302,7 +302,7 @@ def build_e5m2_fp32_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], T.float32(0.0))
@@ -335,7 +335,7 @@ def build_e5m2_fp32_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_e
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(4)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], T.float32(0.0))
@@ -368,7 +368,7 @@ def build_e5m2_ue8m0_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.reinterpret((((T.if_then_else(((b_b * B_b + i_b) < N_b), (T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
@@ -401,7 +401,7 @@ def build_e5m2_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(4)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.reinterpret((((T.if_then_else(((b_b * B_b + i_b) < N_b), (T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32") & T.uint32(0xffffffff)), T.uint32(0)) >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
@@ -434,7 +434,7 @@ def build_e5m2_ue8m0_byte_bf16(H, block, block_rows, *, threads=128, block_b=4, 
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.reinterpret((T.if_then_else(((b_b * B_b + i_b) < N_b), (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
@@ -467,7 +467,7 @@ def build_e5m2_ue8m0_byte_fp32(H, block, block_rows, *, threads=128, block_b=4, 
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(4)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.reinterpret((T.if_then_else(((b_b * B_b + i_b) < N_b), (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
@@ -500,7 +500,7 @@ def build_e5m2_e4m3_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
@@ -533,7 +533,7 @@ def build_e5m2_e4m3_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_e
             b_g = pid % T.ceildiv(N_g, B_g)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(4)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
@@ -567,7 +567,7 @@ def build_e2m1_fp32_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
             q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 q_code[i_b, i_r, i_g, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
@@ -603,7 +603,7 @@ def build_e2m1_fp32_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_e
             q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(4)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 q_code[i_b, i_r, i_g, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
@@ -639,7 +639,7 @@ def build_e2m1_ue8m0_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_
             q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 q_code[i_b, i_r, i_g, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
@@ -675,7 +675,7 @@ def build_e2m1_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_
             q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(4)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 q_code[i_b, i_r, i_g, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
@@ -711,7 +711,7 @@ def build_e2m1_ue8m0_byte_bf16(H, block, block_rows, *, threads=128, block_b=4, 
             q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 q_code[i_b, i_r, i_g, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
@@ -747,7 +747,7 @@ def build_e2m1_ue8m0_byte_fp32(H, block, block_rows, *, threads=128, block_b=4, 
             q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(4)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 q_code[i_b, i_r, i_g, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
@@ -783,7 +783,7 @@ def build_e2m1_e4m3_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
             q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(8)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 q_code[i_b, i_r, i_g, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
@@ -819,7 +819,7 @@ def build_e2m1_e4m3_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_e
             q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=T.int32(4)):
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=(T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 q_code[i_b, i_r, i_g, i_c] = ((T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_), (T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0)) >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
