@@ -171,7 +171,7 @@ class KernelPrinter:
         blocks = [f"B_{a}" for a in axes]
         if vector:
             # only for a tile within its budget: a larger one spills, and laying its load out for the store
-            # made that worse (cast_back with 128 x 128 scale blocks: 105 -> 128 µs on the H200)
+            # made that worse (a dequantization with 128 x 128 scale blocks: 105 -> 128 µs on the H200)
             budget = "tile_elems" if "tile_elems" in dict(self.m.knobs) else str(int(self.arch.tile_elems))
             blocks.append(f"coalesced_width=(T.int32({int(vector)}) if {' * '.join(blocks)} <= {budget} else None)")
         return f"for {', '.join(f'i_{a}' for a in axes)} in {self.P}({', '.join(blocks)}):"
