@@ -246,7 +246,8 @@ RUNS = 5
 
 def _bits(t):
     """A tensor's bits as integers of its element size (NaN payloads and signed zeros included)."""
-    return t.contiguous().view(-1).view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.dtype.itemsize])
+    ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return t.contiguous().view(-1).view(ints[t.dtype.itemsize])
 
 
 def tune():

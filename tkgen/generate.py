@@ -339,7 +339,8 @@ def render_modules(catalog, ops) -> Dict[Path, str]:
     common_header = _header("the formats and archs under specs/", shared)
     # an op's files hash only what they are generated from: the spec, the formats, and for a kernel module
     # its own profile (a new or retuned profile rewrites only its own kernel files)
-    formats = [(_rel(catalog, p), d.sha256) for p, d in sorted(catalog.documents.items()) if d.kind not in ("op", "arch")]
+    formats = [(_rel(catalog, p), d.sha256) for p, d in sorted(catalog.documents.items())
+               if d.kind not in ("op", "arch")]
     out[Path("archs.py")] = render("archs.py.j2", header=common_header,
                                    archs=[catalog.archs[a] for a in sorted(catalog.archs)])
     fns = helper_functions(catalog)

@@ -93,7 +93,8 @@ def lowering_name_problem(name, axes: Iterable[str], inputs: Iterable[str]) -> O
             if name == f"{prefix}_{a}":
                 return f"{name!r} is the name kernels give to axis {a!r} ({prefix}_<axis>)"
     if name.startswith(SCHEDULE_PREFIXES):
-        return f"{name!r} starts like the names a schedule adds ({', '.join(p + '<output>' for p in SCHEDULE_PREFIXES)})"
+        added = ", ".join(p + "<output>" for p in SCHEDULE_PREFIXES)
+        return f"{name!r} starts like the names a schedule adds ({added})"
     for prefix in INPUT_PREFIXES:
         for t in inputs:
             if name == f"{prefix}_{t}":

@@ -378,7 +378,8 @@ def coalesce_widening_loads(body, module: kir.Module, catalog, arch, vector_byte
     tensors = {t.name: t for t in module.tensors}
 
     def size(tensor):
-        return ITEMSIZE.get(storage(catalog, arch, tensors[tensor].elem)) if not tensors[tensor].elem.startswith("@") else None
+        elem = tensors[tensor].elem
+        return None if elem.startswith("@") else ITEMSIZE.get(storage(catalog, arch, elem))
 
     widest: Dict[tuple, int] = {}
     for st in kir.statements(body):
@@ -391,7 +392,8 @@ def coalesce_widening_loads(body, module: kir.Module, catalog, arch, vector_byte
             if loads and all(n and n < widest[st.axes] for n in loads):
                 st = dataclasses.replace(st, vector=vector_bytes // widest[st.axes])
         elif isinstance(st, kir.Loop):
-            st = dataclasses.replace(st, body=tuple(coalesce_widening_loads(st.body, module, catalog, arch, vector_bytes)))
+            inner = coalesce_widening_loads(st.body, module, catalog, arch, vector_bytes)
+            st = dataclasses.replace(st, body=tuple(inner))
         out.append(st)
     return out
 
@@ -421,7 +423,8 @@ def apply(module: kir.Module, spec, program, catalog, arch, sched) -> kir.Module
     for k in module.kernels:
         body = fuse(k.body, lambda elem: _software_codec(catalog, arch, elem))
         if arch.loops == "parallel":        # CUDA: thread layouts; the C target's loops are serial
-            body = coalesce_widening_loads(body, module, catalog, arch, sched.get("vector_bytes", arch.vector_bytes))
+            vector = sched.get("vector_bytes", arch.vector_bytes)
+            body = coalesce_widening_loads(body, module, catalog, arch, vector)
         kernels.append(dataclasses.replace(k, body=tuple(body)))
     return module.replace(kernels=tuple(kernels))
 
