@@ -24,16 +24,8 @@ SUM_THREADS = 128          # threads (one element each) of a block of the kernel
 UNROLL_BLOCKS = 1024       # its loop over the blocks is unrolled up to this many
 
 
-def _size(name):
-    return ir.Size(name)
-
-
 def _ceildiv(a, b):
     return op("floordiv", op("sub", op("add", a, b), ir.i32(1)), b)
-
-
-def _reads(e) -> set:
-    return {n.buffer for n in ir.walk(e) if isinstance(n, ir.Read)}
 
 
 def _row_dependent(e, dyn, in_loop) -> bool:
@@ -109,18 +101,14 @@ def go_persistent(module: kir.Module, kernel: kir.Kernel, dyn: str) -> kir.Modul
             pre.append(st)
             continue
         loop.append(st)
-        for sub in kir.statements([st]):
-            for f in dataclasses.fields(sub):
-                v = getattr(sub, f.name)
-                if isinstance(v, kir.Buffer):
-                    in_loop.add(v.name)
+        in_loop.update(kir.buffers([st]))
     if not sums:
         raise ValueError(f"{module.op}: `persistent: true` needs a sum over the rows (an accumulated output "
                          f"without the row axis) to keep per block")
-    tiles = _ceildiv(_size(f"N_{dyn}"), _size(f"B_{dyn}"))
+    tiles = _ceildiv(ir.Size(f"N_{dyn}"), ir.Size(f"B_{dyn}"))
     tile = ir.Var("tile", I32)
-    body = pre + [kir.Loop(tile.name, _ceildiv(tiles, _size(BLOCKS)), tuple(loop),
-                           binds=((f"b_{dyn}", op("add", bid, op("mul", tile, _size(BLOCKS)))),))] + post
+    body = pre + [kir.Loop(tile.name, _ceildiv(tiles, ir.Size(BLOCKS)), tuple(loop),
+                           binds=((f"b_{dyn}", op("add", bid, op("mul", tile, ir.Size(BLOCKS)))),))] + post
     kernels = [dataclasses.replace(kernel, body=tuple(body), persistent=True)]
     axes = dict(module.axes)
     for t, scratch, dtype in sums:
@@ -140,7 +128,7 @@ def _block_sum_kernel(t: kir.TensorArg, scratch: kir.TensorArg, axis: str, dtype
                               ir.Decode(scratch.elem, ir.Fetch(scratch.name, (part, here), guard=inside), acc.dtype)))
     body = (kir.Fill(acc, ir.Const(0.0 if acc.dtype == ir.F32 else 0, acc.dtype)),
             # unrolled, so that the loads of many blocks' partials are in flight at once
-            kir.Loop(part.name, _size(BLOCKS), (add,), kind="unroll", limit=UNROLL_BLOCKS),
+            kir.Loop(part.name, ir.Size(BLOCKS), (add,), kind="unroll", limit=UNROLL_BLOCKS),
             kir.Store(t.name, _unflatten(here, t.shape), ir.Encode(t.elem, ir.Read(acc.name, acc.dtype)), (axis,),
                       inside, accumulate=True))
     # a small block per thread group: the sum reads blocks * numel floats, so it wants many blocks
