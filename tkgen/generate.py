@@ -123,7 +123,7 @@ def op_module(catalog, spec, header):
     inputs = [dict(name=t.name, dtypes=repr(t.dtypes), shape=repr(t.shape_text), optional=t.optional,
                    binds=repr(tuple(binding(s, spec.dims) for s in t.shape)), like=repr(t.like),
                    shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)", codec=codec_table(catalog, spec, t),
-                   at=t.at)
+                   at=t.at, rows=t.row_view is not None)
               for t in spec.inputs.values()]
     outputs = []
     kept_rows = any(build_program(spec, catalog.elements, catalog.scales, v).keep for v in spec.variants())
@@ -144,12 +144,13 @@ def op_module(catalog, spec, header):
             pads[v] = col_pad(catalog, spec, t, variant)
         dtype_fn = f"lambda v, dt: dt[{t.like!r}]" if t.like else f"lambda v, dt: {dtypes!r}[v]"
         dyn = next(iter(spec.axes)) if spec.dynamic_dim else None
-        accumulate = any(name in build_program(spec, catalog.elements, catalog.scales, v).accumulated(dyn)
-                         for v in spec.variants())
+        # a sum over the rows or a count adds into zeros; rows scattered at positions are stored into zeros
+        accumulate = t.row_view is not None or any(
+            name in build_program(spec, catalog.elements, catalog.scales, v).accumulated(dyn) for v in spec.variants())
         # keep_rows: the dim of the rows, where rows not kept are left untouched (compared to the poison)
         rows = [i for i, group in enumerate(t.view) if dyn in group] if kept_rows else []
         outputs.append(dict(name=name, shapes=shapes, dtype_fn=dtype_fn, exact=repr(t.exact), when=repr(t.when),
-                            accumulate=accumulate, at=t.at, row_dim=rows[0] if rows and not t.at else None,
+                            accumulate=accumulate, at=t.at, rows=t.row_view is not None, row_dim=rows[0] if rows and not t.at else None,
                             col_pad=f"lambda v: {pads!r}[v]" if any(pads.values()) else None))
     dims = [dict(name=d.name, dynamic=d.name == spec.dynamic_dim, min=d.min, max=d.max) for d in spec.dims.values()]
     requires = [(text, _d(node)) for d in spec.dims.values() for text, node in d.require]
@@ -241,7 +242,7 @@ def docstring(catalog, spec) -> str:
     lines = [" ".join(spec.doc.split()), "", "Args:"]
     for t in spec.inputs.values():
         opt = " Optional (None: as if every element were {!r}).".format(t.absent) if t.optional else ""
-        if t.optional and t.at:
+        if t.optional and t.at and spec.inputs[t.at].optional:
             opt = f" Optional, given with `{t.at}` (None: as if every element were {t.absent!r})."
         read_at = [o.name for o in spec.tensors.values() if o.at == t.name and o.name in spec.inputs]
         if t.optional and read_at:
@@ -249,7 +250,8 @@ def docstring(catalog, spec) -> str:
         kind = (f"codes of format `{t.format_ref}` in its container (packed formats: the last dim holds the "
                 f"packed bytes)" if t.format_ref else f"scales of scale format `{t.scale_ref}`" if t.scale_ref
                 else " or ".join(t.dtypes))
-        at = f", read at the flat positions in `{t.at}` (0 outside [0, numel))" if t.at else ""
+        at = "" if not t.at else f", its rows read at the positions in `{t.at}` (0 outside)" if t.row_view else \
+            f", read at the flat positions in `{t.at}` (0 outside [0, numel))"
         doc = _sentence(t.doc)
         lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {kind}{at}, contiguous, cpu or cuda.{doc}{opt}")
     for p in spec.params.values():
@@ -264,7 +266,8 @@ def docstring(catalog, spec) -> str:
                 else f"the dtype of `{t.like}`" if t.like else t.dtypes[0])
         when = "" if not t.when else (f" Empty unless `{t.when}` is true." if t.when in spec.params and
                                       spec.params[t.when].boolean else f" Empty unless `{t.when}` is given.")
-        at = f" Added into (from zeros) at the flat positions in `{t.at}`." if t.at else ""
+        at = "" if not t.at else f" Rows stored (into zeros) at the positions in `{t.at}`." if t.row_view else \
+            f" Added into (from zeros) at the flat positions in `{t.at}`."
         doc = _sentence(t.doc)
         lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{doc}{at}{when}")
     lines.append("")
@@ -298,6 +301,7 @@ def strategies_module(catalog, spec, header):
             requires.append((text, repr(tuple(sorted(names_of(node)))), _d(node)))
     inputs = [dict(name=t.name, dtypes=repr(t.dtypes or ("fp32",)), specials=repr(tuple(t.values.get("specials", ()))),
                    optional=t.optional, like=t.like, codec=codec_table(catalog, spec, t), at=t.at,
+                   at_optional=bool(t.at) and spec.inputs[t.at].optional, distinct=t.values.get("distinct", False),
                    range="[" + ", ".join(_d(E.parse(str(r))) for r in t.values["range"]) + "]" if "range" in t.values else None,
                    finite=t.values.get("finite", True) if "finite" in t.values else
                    not ({"inf", "nan"} & set(t.values.get("specials", ()))),

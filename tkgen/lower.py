@@ -145,6 +145,11 @@ class Lowering:
             conds.append(self.keep)
         return ir.conj(*conds)
 
+    def at_rows(self, sig: TensorSig, pos: ir.Expr) -> tuple:
+        """The indices of the current element of a tensor addressed by rows at positions: the position,
+        then the dims after the first through the tensor's view of them."""
+        return (pos,) + tuple(self.group_index(g, {}) for g in sig.row_view)
+
     @staticmethod
     def inside(pos: ir.Expr, size: str) -> tuple:
         """The conditions under which an index (i32 or i64) lies in [0, size) (`n_<tensor>`: a tensor
@@ -257,7 +262,10 @@ class Lowering:
         if sig.at:
             pos = self.read(self.program.values[self.program.at[tname]])
             guard = ir.conj(guard, *self.inside(pos, f"n_{tname}"))
-            self.emit(kir.Store(tname, (pos,), enc, value.axes, guard, accumulate=True))
+            if sig.flat:
+                self.emit(kir.Store(tname, (pos,), enc, value.axes, guard, accumulate=True))
+            else:         # whole rows, scattered into zeros: distinct positions, so a plain store
+                self.emit(kir.Store(tname, self.at_rows(sig, pos), enc, value.axes, guard))
         elif sig.packing is not None:
             self.store_packed(sig, value, enc, guard)
         else:
@@ -309,8 +317,11 @@ class Lowering:
         for name, sig in self.sigs.items():
             if not sig.present:
                 continue
-            if sig.at:
+            if sig.flat:
                 out.append(kir.TensorArg(name, sig.role, sig.elem, (E.Name(f"n_{name}"),), flat=True))
+                continue
+            if sig.at:           # rows at positions: as many rows as the call gives
+                out.append(kir.TensorArg(name, sig.role, sig.elem, (E.Name(f"n_{name}"),) + tuple(sig.shape[1:])))
                 continue
             shape = list(sig.shape)
             if sig.packing is not None:

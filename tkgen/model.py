@@ -84,7 +84,9 @@ class Tensor:
     like: Optional[str] = None               # same element type as this input (its dtype at the call)
     when: Optional[str] = None               # outputs: written only when this optional input or optional
                                              # param is given, or this boolean param is true
-    at: Optional[str] = None                 # an integer input holding flat positions in this tensor (no view)
+    at: Optional[str] = None                 # an integer input holding positions in this tensor: flat (no view),
+                                             # or of its rows (dim 0) when the tensor has a view of its other dims
+    row_view: Optional[Tuple[Tuple[str, ...], ...]] = None   # rows at positions: the view of dims 1..
     # inputs: one dim split into named segments of unequal length, read one at a time (`load(kv, k)`):
     # (dim, ((segment, axes), ...)); the view holds that dim's axes, each once, in order
     segments: Optional[Tuple[int, Tuple[Tuple[str, Tuple[str, ...]], ...]]] = None
@@ -199,7 +201,7 @@ class OpSpec:
         for combo in itertools.product(*(p.choices for p in sp), *([(False, True)] * len(opt))):
             v = dict(zip((p.name for p in sp), combo[:len(sp)]))
             v.update({f"?{n}": b for n, b in zip(opt, combo[len(sp):])})
-            if any(t.at and t.optional and v[f"?{t.name}"] != v[f"?{t.at}"] for t in self.inputs.values()):
+            if any(t.at and t.optional and f"?{t.at}" in v and v[f"?{t.name}"] != v[f"?{t.at}"] for t in self.inputs.values()):
                 continue
             yield v
 
@@ -284,13 +286,16 @@ def _resolve_at(doc, inputs, outputs):
     def fix(role, name, t):
         if not t.at:
             return t
+        rows = bool(t.view)               # a view of the dims after the first: whole rows at positions
         pos = inputs[t.at]
         base = (role + "s", name, "at")
         if pos.at or not pos.dtypes or any(dt not in BUILTIN_DTYPES for dt in pos.dtypes):
             raise doc.error(base, f"{t.at!r} must be an integer input with a view (its elements are flat positions)")
-        if role == "input" and t.optional != pos.optional:
-            raise doc.error(base, f"{name!r} and its positions {t.at!r} are both optional or both required")
-        return dataclasses.replace(t, view=pos.view)
+        if role == "input" and pos.optional and not t.optional:
+            raise doc.error(base, f"{name!r} is required, so its positions {t.at!r} are too")
+        if rows and set(pos.axes) & set(t.axes):
+            raise doc.error((role + "s", name, "view"), f"the view names axes of the positions {t.at!r}")
+        return dataclasses.replace(t, view=pos.view + t.view, row_view=t.view if rows else None)
     return ({n: fix("input", n, t) for n, t in inputs.items()}, {n: fix("output", n, t) for n, t in outputs.items()})
 
 
@@ -522,6 +527,8 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
                 raise doc.error(base + (key,), f"`{key}` is for {'inputs' if role == 'output' else 'outputs'} only")
         if t.get("optional") and "absent" not in t:
             raise doc.error(base + ("optional",), "an optional input needs `absent:`, the value `load` gives without it")
+        if t.get("values", {}).get("distinct") and "range" not in t["values"]:
+            raise doc.error(base + ("values", "distinct"), "`distinct` draws distinct values from a `range`")
         rng = t.get("values", {}).get("range")
         if rng is not None:
             if role != "input" or not dtypes or any(dt not in BUILTIN_DTYPES for dt in dtypes):
@@ -531,8 +538,12 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
                              set(dims), "a range of values")
         if "at" in t and (t["at"] not in d["inputs"] or t["at"] == name):
             raise doc.error(base + ("at",), f"`at` names an integer input holding positions; inputs are {listing(d['inputs'])}")
-        if "at" in t and not set(t) & {"dtype", "dtypes"}:
-            raise doc.error(base + ("at",), "a tensor addressed `at:` positions has a plain dtype (no format, layout or like)")
+        if "at" in t and not set(t) & {"dtype", "dtypes"} and not ("view" in t and "like" in t):
+            raise doc.error(base + ("at",), "a tensor addressed `at:` positions has a plain dtype (no format or layout; "
+                                            "`like` for one addressed by rows)")
+        if "at" in t and "view" in t and (len(shape) < 2 or not set(E.names(shape[0])) & set(dyn[1:])):
+            raise doc.error(base + ("shape", 0), "rows at positions: the first dim is a runtime size besides the rows "
+                                                 "(a dynamic dim), the others are indexed by the view")
         if "layout" in t:
             ref = t["layout"]
             for n in (params[ref].choices if ref in params else (ref,)):
@@ -548,7 +559,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
         shape = tuple(_parse(doc, base + ("shape", i), s) for i, s in enumerate(t["shape"]))
         for i, s in enumerate(shape):
             _check_names(doc, base + ("shape", i), s, known_sizes, "a shape")
-        if "at" in t:
+        if "at" in t and "view" not in t:
             return shape, (), None   # the view of its positions (set once every input is known)
         view, segments = [], None
         for i, v in enumerate(t["view"]):
@@ -566,8 +577,11 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
             segments = (i, tuple(parts))
             view.append(tuple(dict.fromkeys(a for _, g in parts for a in g)))
         view = tuple(view)
-        if len(view) != len(shape):
-            raise doc.error(base + ("view",), f"expected {len(shape)} entries (one per dim of the shape), found {len(view)}")
+        rows_at = int("at" in t)          # rows at positions: the view names the dims after the first
+        if len(view) != len(shape) - rows_at:
+            raise doc.error(base + ("view",), f"expected {len(shape) - rows_at} entries (one per dim of the shape"
+                                              f"{' after the first, whose index is a position' if rows_at else ''}),"
+                                              f" found {len(view)}")
         for i, group in enumerate(view):
             for a in group:
                 if a not in axes:

@@ -272,7 +272,7 @@ class ReferencePrinter:
                 bound.add(b[0])
         for tname, sig in self.sigs.items():
             if sig.at and sig.present and sig.role == "input":
-                lines.append(f"n_{tname} = {tname}.numel()")
+                lines.append(f"n_{tname} = {tname}.numel()" if sig.flat else f"n_{tname} = {tname}.shape[0]")
         for a, ax in self.m.axes.items():
             lines.append(f"N_{a} = {P.py_expr(ax.extent, tl=False)}")
         return lines
@@ -293,7 +293,7 @@ class ReferencePrinter:
             t = self.tensors[name]
             shape = _tuple(P.py_expr(s, tl=False) for s in t.shape)
             if sig.at:
-                alloc.append(f"n_{name} = {' * '.join(P.py_expr(s, tl=False) for s in sig.shape)}")
+                alloc.append(f"n_{name} = {' * '.join(P.py_expr(s, tl=False) for s in sig.shape[:None if sig.flat else 1])}")
                 shape = _tuple(P.py_expr(s, tl=False) for s in sig.shape)
             alloc.append(f"{self.storage_name(name)} = torch.zeros({shape}, dtype={self.torch_dtype(t.elem)}, "
                          "device=_dev)")

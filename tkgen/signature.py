@@ -39,7 +39,8 @@ class TensorSig:
     scale: Optional[F.ScaleFormat] = None      # `scale_format:` tensors
     packing: Optional[F.Packing] = None        # codes packed into words along the last dim
     col_pad: Optional[int] = None              # column-major layout: rows padded to this many elements
-    at: Optional[str] = None                   # addressed at the flat positions this input holds
+    at: Optional[str] = None                   # addressed at the positions this input holds (flat, or rows)
+    row_view: Optional[Tuple[Tuple[str, ...], ...]] = None   # rows at positions: the view of dims 1..
     like: Optional[str] = None
     optional: bool = False
     segments: Optional[tuple] = None           # inputs: (dim, ((segment, axes), ...)), see model.Tensor
@@ -47,6 +48,11 @@ class TensorSig:
     @property
     def axes(self):
         return tuple(a for g in self.view for a in g)
+
+    @property
+    def flat(self) -> bool:
+        """Addressed at flat positions (passed to kernels as one dim of `n_<name>` elements)."""
+        return bool(self.at) and self.row_view is None
 
     @property
     def multi(self) -> bool:
@@ -103,7 +109,7 @@ def resolve(catalog, spec, t, variant) -> TensorSig:
     present = bool(variant.get(f"?{t.name}", True)) if t.role == "input" and t.optional else \
         (spec.writes(t, variant) if t.role == "output" else True)
     return TensorSig(t.name, t.role, present, elem, tuple(t.dtypes), t.shape, t.shape_text, t.view, fmt, scale,
-                     pk, pad, t.at, t.like, t.optional, t.segments)
+                     pk, pad, t.at, t.row_view, t.like, t.optional, t.segments)
 
 
 def signature(catalog, spec, variant) -> Dict[str, TensorSig]:

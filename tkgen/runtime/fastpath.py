@@ -170,7 +170,7 @@ class Specialization:
             [o.dtype for k, o in enumerate(self.outputs) if R.written_in(op.outputs[k], tensors, params)]
         views = [None if g == v or (not self.launch.exact_dtypes and g.itemsize == v.itemsize) else v
                  for g, v in zip(given, views)]
-        self.inputs = tuple((j, op.inputs[j].at is not None, v) for j, v in zip(present, views))
+        self.inputs = tuple((j, op.inputs[j].flat, v) for j, v in zip(present, views))
         written = [k for k, o in enumerate(op.outputs) if R.written_in(o, tensors, params)]
         self.written = tuple((k, v) for k, v in zip(written, views[len(present):]))
 
@@ -254,7 +254,7 @@ class Output:
         self.dtype = dtype
         self.pad = info.col_pad(variant) if info.col_pad else None
         self.accumulate = info.accumulate
-        self.flat = info.at is not None
+        self.flat = info.at is not None and not info.rows
 
     def empty(self, d, device):
         return self.allocator(device)(self.shape_fn(d))

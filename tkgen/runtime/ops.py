@@ -47,6 +47,11 @@ class InputInfo:
     like: Optional[str] = None         # must have the dtype of this input
     codec: Optional[Callable] = None   # variant -> codec dict of an input declared with a format (see below)
     at: Optional[str] = None           # read at the flat positions this input holds (passed to kernels flat)
+    rows: bool = False                 # with `at`: its rows are read at the positions (passed as it is)
+
+    @property
+    def flat(self) -> bool:
+        return self.at is not None and not self.rows
 
     @property
     def dtype_arg(self) -> bool:
@@ -82,6 +87,7 @@ class OutputInfo:
     col_pad: Optional[Callable] = None  # variant -> None (row-major) or the row padding of a column-major layout
     row_dim: Optional[int] = None      # the dim indexed by the rows (keep_rows leaves the rows not kept untouched)
     at: Optional[str] = None           # added into at the flat positions this input holds (passed to kernels flat)
+    rows: bool = False                 # with `at`: its rows are stored at the positions, into zeros
 
     def shape_fn(self, dims, variant):
         """The container shape of this output in a variant."""
@@ -122,7 +128,8 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
     device = None
     dims: Dict[str, int] = {}
     for info in op.inputs:
-        if info.at and (tensors[info.name] is None) != (tensors[info.at] is None):
+        paired = info.at and next(i for i in op.inputs if i.name == info.at).optional   # given together
+        if paired and (tensors[info.name] is None) != (tensors[info.at] is None):
             raise ValueError(f"{op.name}: `{info.name}` is read at the positions in `{info.at}`: give both or neither")
     for info in op.inputs:
         t = tensors[info.name]

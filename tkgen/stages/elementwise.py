@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import expr as E
 from .. import ir, kir
 from ..ir import I32, op
-from .base import INTS, Function, Stage, Step, Value, expr_work, function, stage
+from .base import INTS, RAW, Function, Stage, Step, Value, expr_work, function, stage
 
 _BINOPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne", "<": "lt", "<=": "le",
            ">": "gt", ">=": "ge", "and": "and", "or": "or", "&": "bitand", "|": "bitor", "^": "bitxor"}
@@ -34,7 +35,9 @@ class Map(Step):
         return expr_work(self.expr) * size(self.out.axes)
 
     def lower(self, lw):
-        lw.emit(kir.Compute(lw.buffer(self.out), lw.convert(self.expr)))
+        # a broadcast of copied elements keeps their element type
+        elem = lw.bufs[self.expr.name].elem if self.out.dtype == RAW else None
+        lw.emit(kir.Compute(lw.buffer(self.out, elem=elem), lw.convert(self.expr)))
         if lw.program.keep is not None and self.out.name == lw.program.keep.name:
             lw.keep = lw.read(self.out)
 
@@ -170,8 +173,10 @@ class Broadcast(Stage):
     def build(self, b, call, node, *new):
         idx = call.index
         axes = set()
-        e = ir.fold(b.elementwise(idx, node, axes))
-        axes = b.axes_of(e)
+        raw = isinstance(node, E.Name) and node.id in b.values and b.values[node.id].dtype == RAW
+        # copied elements are broadcast as they are (a row stored to several places), never computed with
+        e = ir.Var(node.id, RAW) if raw else ir.fold(b.elementwise(idx, node, axes))
+        axes = set(b.values[node.id].axes) if raw else b.axes_of(e)
         for i, a in enumerate(new):
             if a in axes or a in new[:i]:
                 b.fail(idx, f"broadcast: the value varies over axis {a!r} already", call.args[i + 1])

@@ -59,16 +59,23 @@ class Copy(Step):
     out: Value                 # dtype RAW: the input's stored elements, never decoded
     tensor: str
     segment: Optional[str] = None
+    index: Optional[Value] = None      # the loaded positions of a tensor addressed by rows at them
 
     prunable = False
     copies = True
+
+    def sources(self):
+        return {self.index.name} if self.index is not None else set()
 
     def lower(self, lw):
         sig = lw.sigs[self.tensor]
         if self.segment is not None:
             lw.check_segments(sig)
-        fetch = ir.Fetch(self.tensor, lw.storage(sig, lw.logical(sig, (), self.segment)), lw.row_guard(self.out.axes),
-                         view=None if self.segment is not None else lw.view(sig))
+        if self.index is not None:
+            fetch = gathered(lw, sig, lw.read(self.index), self.out.axes)
+        else:
+            fetch = ir.Fetch(self.tensor, lw.storage(sig, lw.logical(sig, (), self.segment)),
+                             lw.row_guard(self.out.axes), view=None if self.segment is not None else lw.view(sig))
         lw.emit(kir.Compute(lw.buffer(self.out, RAW, sig.elem), fetch))
 
 
@@ -83,11 +90,16 @@ class Gather(Step):
 
     def lower(self, lw):
         sig = lw.sigs[self.tensor]
-        pos = lw.read(self.index)
-        guard = ir.conj(lw.row_guard(self.out.axes), *lw.inside(pos, f"n_{self.tensor}"))
-        fetch = ir.Fetch(self.tensor, (pos,), guard)
+        fetch = gathered(lw, sig, lw.read(self.index), self.out.axes)
         dtype = int_dtype(sig.elem) if sig.elem in INT_ELEMS else F32
         lw.emit(kir.Compute(lw.buffer(self.out), ir.Decode(sig.elem, fetch, dtype)))
+
+
+def gathered(lw, sig, pos, axes) -> ir.Fetch:
+    """The element of a tensor addressed `at:` positions (flat, or whole rows), where `pos` is: guarded to
+    positions inside the tensor (0 elsewhere)."""
+    guard = ir.conj(lw.row_guard(axes), *lw.inside(pos, f"n_{sig.name}"))
+    return ir.Fetch(sig.name, (pos,) if sig.flat else lw.at_rows(sig, pos), guard)
 
 
 def _segment(b, call, tensor, node):
@@ -121,13 +133,21 @@ class LoadStage(Stage):
 class CopyStage(Stage):
     def build(self, b, call, tensor, *part):
         segment, axes = _segment(b, call, tensor, part)
-        b.add(call.index, Copy(b.define(call.index, call.targets[0], axes, RAW), tensor.name, segment))
+        if tensor.at and tensor.row_view is None:
+            b.fail(call.index, f"copy({tensor.name}): a tensor at flat positions is loaded (`load`), not copied",
+                   call.args[0])
+        index = b.positions(call.index, tensor) if tensor.at else None
+        b.add(call.index, Copy(b.define(call.index, call.targets[0], axes, RAW), tensor.name, segment, index))
 
 
-@stage("take", args=("value", "axis", "node"))
+@stage("take", args=("node", "axis", "node"))
 class Take(Stage):
     def build(self, b, call, src, axis, at):
         idx = call.index
+        if isinstance(src, E.Name) and src.id in b.consts:     # the load of an absent input: its constant
+            b.constant(idx, call.targets[0], b.consts[src.id])
+            return
+        src = b.value_arg(idx, src)
         load = b.loaded(src.name)
         if load is None:
             b.fail(idx, "take(v, axis, i) takes a loaded value: `take(load(x), s, 0)`", call.args[0])

@@ -8,6 +8,7 @@ from a declared start value, one element after another, so kernel and reference 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from .. import expr as E
 from .. import ir, kir
@@ -87,7 +88,7 @@ class Reduction(Stage):
         b.add(idx, Reduce(out, KINDS[fn], src, axis))
 
 
-_FOLD_OPS = {"sum": "add", "prod": "mul"}
+_FOLD_OPS = {"sum": "add", "prod": "mul", "fma": "fma"}
 _ORDERS = ("ascending", "descending")
 
 
@@ -102,9 +103,10 @@ class Fold(Step):
     axis: str
     start: ir.Expr             # does not vary over `axis`
     descending: bool = False
+    factor: Optional[Value] = None     # fma: acc = fma(v[i], factor[i], acc)
 
     def sources(self):
-        return {self.src.name} | ir.var_names(self.start)
+        return {self.src.name} | ir.var_names(self.start) | ({self.factor.name} if self.factor else set())
 
     def work(self, size, extent):
         return size(self.src.axes)
@@ -116,12 +118,16 @@ class Fold(Step):
         src = lw.bufs[self.src.name]
         acc = lw.buffer(self.out)
         lw.emit(kir.Compute(acc, lw.convert(self.start)))
-        staged = lw.shared_copy(self.src, self.axis)
         step = ir.Var(f"r_{self.axis}", I32)
         at = op("sub", op("sub", ir.Size(f"N_{self.axis}"), ir.i32(1)), step) if self.descending else step
-        element = ir.Read(staged.name, src.dtype, tuple(at if a == self.axis else ir.Index(a, local=True)
-                                                        for a in src.axes))
-        value = op(_FOLD_OPS[self.kind], ir.Read(acc.name, acc.dtype), element)
+        def element(value):
+            staged = lw.shared_copy(value, self.axis)
+            return ir.Read(staged.name, staged.dtype, tuple(at if a == self.axis else ir.Index(a, local=True)
+                                                            for a in value.axes))
+        if self.factor is not None:
+            value = op("fma", element(self.src), element(self.factor), ir.Read(acc.name, acc.dtype))
+        else:
+            value = op(_FOLD_OPS[self.kind], ir.Read(acc.name, acc.dtype), element(self.src))
         guard = lw.row_guard(src.axes) if self.axis == lw.row_inner else None
         if guard is not None:
             guard = ir.rebuild(guard, lambda n: at if n == ir.Index(self.axis) else None)
@@ -131,12 +137,21 @@ class Fold(Step):
 
 @stage("fold", args=("node", "value", "axis", "node", "node?"))
 class FoldStage(Stage):
-    """fold(sum | prod, v, axis, start[, ascending | descending])."""
+    """fold(sum | prod, v, axis, start[, ascending | descending]), or fold(fma, v, axis, start, w):
+    acc = fma(v[i], w[i], acc) in ascending order, one rounding per step."""
 
     def build(self, b, call, kind, src, axis, start, *order):
         idx = call.index
         if not isinstance(kind, E.Name) or kind.id not in _FOLD_OPS:
             b.fail(idx, f"fold: the operation is one of {', '.join(_FOLD_OPS)}", kind)
+        factor = None
+        if kind.id == "fma":
+            if not order:
+                b.fail(idx, "fold(fma, v, axis, start, w): w, the factor of each element, is missing", kind)
+            factor = b.value_arg(idx, order[0])
+            if factor.dtype != F32 or src.dtype != F32 or axis not in factor.axes:
+                b.fail(idx, f"fold(fma, ...): v and w are f32 values varying over axis {axis!r}", order[0])
+            order = ()
         if order and (not isinstance(order[0], E.Name) or order[0].id not in _ORDERS):
             b.fail(idx, f"fold: the order is {' or '.join(_ORDERS)}", order[0])
         if axis not in src.axes:
@@ -151,5 +166,6 @@ class FoldStage(Stage):
             b.fail(idx, f"fold: the start value must not vary over axis {axis!r}", start)
         if init.dtype != src.dtype:
             b.fail(idx, f"fold: the start value is {init.dtype}, the values folded {src.dtype}", start)
-        out = b.define(idx, call.targets[0], [a for a in src.axes if a != axis], src.dtype)
-        b.add(idx, Fold(out, kind.id, src, axis, init, bool(order) and order[0].id == "descending"))
+        axes_out = [a for a in src.axes if a != axis] + [a for a in (factor.axes if factor else ()) if a != axis]
+        out = b.define(idx, call.targets[0], axes_out, src.dtype)
+        b.add(idx, Fold(out, kind.id, src, axis, init, bool(order) and order[0].id == "descending", factor))

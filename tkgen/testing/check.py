@@ -27,7 +27,8 @@ def poisoned(op, tensors, params, byte=0xFF):
     """Outputs filled with all-ones bytes: NaN for floats, -1 for integers, never a value a kernel writes
     from valid inputs, so an element left unwritten cannot pass. (Where the reference itself gives NaN, a
     NaN meets any NaN, so run_case runs again with zero bytes.) Accumulated float outputs (sums) start at
-    zero, integer ones (counts) at COUNTS_START (`accumulated_from` takes it off again).
+    zero, integer ones (counts) at COUNTS_START (`accumulated_from` takes it off again); rows stored at positions
+    start at zero, as the op allocates them.
 
     Each output lies MARGIN bytes into a larger poisoned buffer: `written_outside` finds a kernel's stores
     past either end of a tensor (a tile's padding, a packet past the last), which the tensor alone hides."""
@@ -37,8 +38,8 @@ def poisoned(op, tensors, params, byte=0xFF):
         arena = torch.full((nbytes + 2 * MARGIN,), byte, dtype=torch.uint8, device=o.device)
         o = arena[MARGIN:MARGIN + nbytes].view(o.dtype).as_strided(o.shape, o.stride())
         o._tkgen_arena = (arena, byte)
-        if info.accumulate:
-            o.fill_(0 if o.dtype.is_floating_point else COUNTS_START)
+        if info.accumulate:       # rows stored at positions start at zero, as the op allocates them
+            o.fill_(0 if o.dtype.is_floating_point or info.rows else COUNTS_START)
         outs.append(o)
     return tuple(outs)
 
@@ -55,7 +56,7 @@ def written_outside(outs):
 
 def accumulated_from(info, got):
     """What a kernel added into an output that `poisoned` started at COUNTS_START."""
-    return got - COUNTS_START if info.accumulate and not got.dtype.is_floating_point else got
+    return got - COUNTS_START if info.accumulate and not info.rows and not got.dtype.is_floating_point else got
 
 
 def written_rows(op, pkg, tensors, params):

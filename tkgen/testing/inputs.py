@@ -31,6 +31,19 @@ def encode_codes(values: torch.Tensor, codec: dict) -> torch.Tensor:
     return P._codes_as(codes, torch.uint8 if container.itemsize == 1 else container, container)
 
 
+def _distinct(lo, hi, n, g) -> torch.Tensor:
+    """n integers in [lo, hi] whose non-negative ones are distinct: a random arrangement of [max(lo, 0), hi],
+    with about a quarter of the entries (and those the range cannot fill) negative where lo < 0."""
+    first = max(lo, 0)
+    pool = torch.randperm(max(hi - first + 1, 0), generator=g)[:n] + first
+    x = torch.full((n,), lo, dtype=torch.int64)
+    x[:pool.numel()] = pool
+    if lo < 0:
+        x = torch.where(torch.randint(0, 4, (n,), generator=g) == 0, torch.randint(lo, 0, (n,), generator=g), x)
+        x = x[torch.randperm(n, generator=g)]
+    return x
+
+
 def materialize(recipe: dict, shape, device="cpu") -> torch.Tensor:
     """The tensor a recipe describes: same recipe and shape, same bits, on any device."""
     if "codec" in recipe:
@@ -44,7 +57,10 @@ def materialize(recipe: dict, shape, device="cpu") -> torch.Tensor:
         n *= s
     if not dtype.is_floating_point:
         lo, hi = recipe.get("range", (-1000, 999))       # `values: range` of an integer input (inclusive)
-        x = torch.randint(lo, hi + 1, (n,), generator=g, dtype=torch.int64)
+        if recipe.get("distinct"):
+            x = _distinct(lo, hi, n, g)
+        else:
+            x = torch.randint(lo, hi + 1, (n,), generator=g, dtype=torch.int64)
         return x.to(dtype).reshape(shape).to(device)
     style = recipe["style"]
     if style == "discrete":
