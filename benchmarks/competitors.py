@@ -271,7 +271,52 @@ def tk_rmsnorm_backward(params, dims):
         grad_out, x, weight, rstd, residual_out_grad=grad_residual, out_scale=params["out_scale"])
 
 
+# -- plain PyTorch: what a user writes without a kernel library (index_select, index_copy, a weighted sum) ----
+def plain_expand_to_fused(params, dims):
+    def run(x, token_topk_to_pos, pos_to_expert):
+        T, K = token_topk_to_pos.shape
+        pos = token_topk_to_pos.reshape(-1).long()
+        pos = torch.where(pos >= 0, pos, pos_to_expert.numel())          # unrouted pairs to a spare row
+        out = torch.zeros(pos_to_expert.numel() + 1, x.shape[1], dtype=x.dtype, device=x.device)
+        out.index_copy_(0, pos, x.repeat_interleave(K, dim=0))
+        return out[:-1]
+    return run
+
+
+def plain_reduce_fused(params, dims):
+    def run(x, topk_weights, x_sf, sf, token_topk_to_pos):
+        T, K = token_topk_to_pos.shape
+        pos = token_topk_to_pos.long()
+        ok = (pos >= 0) & (pos < x.shape[0])
+        at = torch.where(ok, pos, 0)
+        rows = x.index_select(0, at.reshape(-1)).view(T, K, -1).float()
+        w = ok.float() if topk_weights is None else torch.where(ok, topk_weights, 0.0)
+        if x_sf is not None:
+            w = w * x_sf[at]
+        out = (rows * w[..., None]).sum(1)
+        return out if sf is None else out * sf
+    return run
+
+
+def plain_expand_to_fused_with_sf(params, dims):
+    expand = plain_expand_to_fused(params, dims)
+    return lambda x, x_sf, token_topk_to_pos, pos_to_expert: (expand(x, token_topk_to_pos, pos_to_expert),
+                                                              expand(x_sf, token_topk_to_pos, pos_to_expert))
+
+
+PLAIN = {"expand_to_fused": plain_expand_to_fused, "expand_to_fused_with_sf": plain_expand_to_fused_with_sf,
+         "reduce_fused": plain_reduce_fused}
+
+
+def _compiled(adapter):
+    def make(params, dims):
+        return torch.compile(adapter(params, dims), dynamic=False)
+    return make
+
+
 ADAPTERS = {
+    "plain": PLAIN,
+    "plain_compile": {name: _compiled(a) for name, a in PLAIN.items()},
     "tilekernels": {
         "per_token_cast": tk_per_token_cast,
         "per_token_cast_with_sf_only": tk_per_token_cast_with_sf_only,

@@ -22,11 +22,13 @@ import json
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 import torch
 
+from . import expr as E
 from . import registry
 from .cost import op_count
 from .runtime.fastpath import prepare
@@ -153,6 +155,24 @@ def _load_adapters(path):
     return getattr(mod, "ADAPTERS", {})
 
 
+@lru_cache(maxsize=None)
+def _spec_of(name):
+    from .model import load_catalog
+    return load_catalog(registry.specs_dir()).op(name)
+
+
+def _value_range(pkg, name, env) -> dict:
+    """The spec's `values: range` of an integer input (positions into another tensor), evaluated at the
+    workload's sizes; distinct positions are drawn without negatives, as a mapping that routes every pair."""
+    t = _spec_of(pkg.OP.name).inputs[name]
+    rng = t.values.get("range")
+    if rng is None:
+        return {}
+    lo, hi = (E.evaluate(E.parse(str(r)), env) for r in rng)
+    distinct = bool(t.values.get("distinct"))
+    return {"range": [max(lo, 0) if distinct else lo, hi], "distinct": distinct}
+
+
 def workload_inputs(pkg, workload, device, copies):
     from .testing.strategies import with_codec
     op = pkg.OP
@@ -173,6 +193,7 @@ def workload_inputs(pkg, workload, device, copies):
                 continue
             dtype = workload.get("dtypes", {}).get(info.name, (info.dtypes or ("fp32",))[0])
             recipe = {"dtype": dtype, "seed": 1234 + c, "scale_exp": 0, "style": "normal", "specials": []}
+            recipe.update(_value_range(pkg, info.name, env))
             codec = info.codec(variant) if info.codec else None
             recipe, shape = with_codec(recipe, codec, tuple(info.shape_fn(env)))
             tensors[info.name] = materialize(recipe, tuple(shape), "cpu").to(device)
