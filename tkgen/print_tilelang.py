@@ -294,6 +294,13 @@ class KernelPrinter:
         pre += [f"N_{a} = {P.py_expr(ax.extent)}" for a, ax in m.axes.items()]
         for k in m.kernels:
             pre += [f"B_{a} = {P.py_expr(t.block)}" for a, t in k.tiles if t.block is not None]
+        if "tile_elems" in dict(m.knobs) and self.arch.loops == "parallel":
+            # a tile the budget could not bound (a whole row wider than it) gets more threads, not spills
+            sizes = sorted({" * ".join(f"B_{a}" for a in b.axes) for b in kir.buffers(m.kernels[0].body).values()
+                            if b.scope == "tile" and b.axes})
+            if sizes:
+                tile = sizes[0] if len(sizes) == 1 else f"max({', '.join(sizes)})"
+                pre.append(f"threads = fit_threads(threads, {tile}, tile_elems)")
         for cond, msg in m.checks:
             pre += [f"if not ({P.py_expr(cond)}):", f"    raise ValueError({msg!r})"]
         for n in m.dtype_args:

@@ -11,7 +11,7 @@ from . import expr as E
 # names generated modules bind themselves: a dim or param called so is renamed (T -> T_)
 RESERVED_IDENTIFIERS = {"T", "tilelang", "kernel", "torch"}
 # functions of size expressions, beyond the spec's own (the schedule's block choices)
-SIZE_FUNCTIONS = {"min", "max", "ceildiv", "align", "pick_block", "pad_pow2", "bank_pad"}
+SIZE_FUNCTIONS = {"min", "max", "ceildiv", "align", "pick_block", "pad_pow2", "bank_pad", "fit_rows", "fit_threads"}
 
 
 def sym(name: str) -> str:

@@ -63,6 +63,13 @@ def _pack_multiple(module, axis) -> int:
     return max([a.packets[1] for a in module.axes.values() if a.packets and a.packets[0] == axis] or [1])
 
 
+def _product(axes) -> E.Node:
+    out = E.Name(f"B_{axes[0]}")
+    for a in axes[1:]:
+        out = P.mul(out, E.Name(f"B_{a}"))
+    return out
+
+
 def plan_tiles(module: kir.Module, spec, program, arch, sched):
     """(tiles in sizing order, knobs, checks). Whole axes (reduced, top-k'd, inner parts of a split tensor
     dim, counted, `all`) are sized first, then the rows, then axes with explicit sizes, and last `auto`
@@ -87,6 +94,8 @@ def plan_tiles(module: kir.Module, spec, program, arch, sched):
             kinds[name] = ("auto", None) if want == "auto" else ("fixed", want)
     tiles, split = [], []
     order = list(kinds)
+    auto = any(k == "auto" for k, _ in kinds.values())
+    whole = [n for n, (k, _) in kinds.items() if k == "whole"]
     for rank in ("whole", "dyn", "fixed", "auto"):
         for name, (kind, size) in kinds.items():
             if kind != rank:
@@ -100,7 +109,11 @@ def plan_tiles(module: kir.Module, spec, program, arch, sched):
             split.append(name)
             if kind in ("dyn", "fixed"):
                 knobs.append((KNOB_BLOCK.format(name), size))
-                tiles.append((name, kir.Tile(E.Name(KNOB_BLOCK.format(name)), True)))
+                block_size = E.Name(KNOB_BLOCK.format(name))
+                if kind == "dyn" and auto and whole:
+                    # rows that the tile budget holds: a row's whole axes may fill it alone
+                    block_size = P.call("fit_rows", block_size, E.Name("tile_elems"), _product(whole))
+                tiles.append((name, kir.Tile(block_size, True)))
                 if kind == "fixed":
                     checks.append((E.Binary("==", E.Binary("%", n_, E.Name(f"B_{name}")), E.Num(0)),
                                    f"block size of axis {name} must divide its extent"))

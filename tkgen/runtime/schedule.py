@@ -16,6 +16,21 @@ def pick_block(extent: int, cap: int, multiple: int = 1) -> int:
     return max(pow2 or fits or [extent])
 
 
+def fit_rows(block: int, tile_elems: int, row_elems: int) -> int:
+    """Rows per tile: `block` (the knob), fewer where one row's whole axes already fill the tile budget
+    (a row of 7168 channels held whole leaves room for one row, not the four a group of 128 takes)."""
+    return max(1, min(block, tile_elems // max(row_elems, 1)))
+
+
+def fit_threads(threads: int, tile: int, tile_elems: int) -> int:
+    """Threads of a block: the knob, except for a tile larger than the budget `tile_elems` (a row held
+    whole that is wider than it), which gets threads in proportion (powers of two, at most 1024), so that
+    each thread holds what it would in a tile within the budget rather than spill."""
+    while threads < 1024 and tile > tile_elems:
+        threads, tile_elems = threads * 2, tile_elems * 2
+    return threads
+
+
 def pad_pow2(extent: int) -> int:
     """The next power of two at or above `extent` (tile extent of a padded reduced axis)."""
     return 1 << max(0, (extent - 1).bit_length())

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
@@ -23,6 +23,7 @@ def build_bf16(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t
     N_n = 3
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -54,8 +55,9 @@ def build_bf16_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
     N_h = H
     N_n = 3
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_n)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -116,6 +118,7 @@ def build_bf16_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, t
     N_n = 3
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -154,8 +157,9 @@ def build_bf16_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
     N_h = H
     N_n = 3
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_n)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -224,6 +228,7 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor
     N_n = 3
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -270,8 +275,9 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
     N_h = H
     N_n = 3
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_n)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -348,6 +354,7 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
     N_n = 3
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -398,8 +405,9 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
     N_h = H
     N_n = 3
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_n)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -479,6 +487,7 @@ def build_bf16_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads
     N_n = 3
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -517,8 +526,9 @@ def build_bf16_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
     N_h = H
     N_n = 3
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_n)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -587,6 +597,7 @@ def build_bf16_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, 
     N_n = 3
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -632,8 +643,9 @@ def build_bf16_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
     N_h = H
     N_n = 3
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_n)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -710,6 +722,7 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
     N_n = 3
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -760,8 +773,9 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
     N_h = H
     N_n = 3
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_n)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -842,6 +856,7 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
     N_n = 3
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -896,8 +911,9 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
     N_h = H
     N_n = 3
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_n)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -981,6 +997,7 @@ def build_fp32(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t
     N_n = 3
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1012,8 +1029,9 @@ def build_fp32_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
     N_h = H
     N_n = 3
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_n)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1074,6 +1092,7 @@ def build_fp32_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, t
     N_n = 3
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1112,8 +1131,9 @@ def build_fp32_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
     N_h = H
     N_n = 3
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_n)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1182,6 +1202,7 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor
     N_n = 3
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1228,8 +1249,9 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
     N_h = H
     N_n = 3
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_n)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1306,6 +1328,7 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
     N_n = 3
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1356,8 +1379,9 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
     N_h = H
     N_n = 3
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_n)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1437,6 +1461,7 @@ def build_fp32_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads
     N_n = 3
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1475,8 +1500,9 @@ def build_fp32_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
     N_h = H
     N_n = 3
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_n)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1545,6 +1571,7 @@ def build_fp32_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, 
     N_n = 3
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1590,8 +1617,9 @@ def build_fp32_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
     N_h = H
     N_n = 3
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_n)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1668,6 +1696,7 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
     N_n = 3
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1718,8 +1747,9 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
     N_h = H
     N_n = 3
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_n)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1800,6 +1830,7 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
     N_n = 3
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1854,8 +1885,9 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
     N_h = H
     N_n = 3
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_n)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 

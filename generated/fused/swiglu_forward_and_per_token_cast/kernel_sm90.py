@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
@@ -23,8 +23,9 @@ def build_e4m3_fp32(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
     N_c = group
     N_n = 3
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -73,8 +74,9 @@ def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
     N_n = 3
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -156,8 +158,9 @@ def build_e4m3_fp32_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
     N_c = group
     N_n = 3
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -213,8 +216,9 @@ def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
     N_n = 3
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -304,8 +308,9 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
     N_c = group
     N_n = 3
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -369,8 +374,9 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
     N_n = 3
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -468,8 +474,9 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
     N_c = group
     N_n = 3
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -537,8 +544,9 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
     N_n = 3
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -639,8 +647,9 @@ def build_e4m3_fp32_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
     N_c = group
     N_n = 3
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -696,8 +705,9 @@ def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, cla
     N_n = 3
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -787,8 +797,9 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
     N_c = group
     N_n = 3
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -851,8 +862,9 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
     N_n = 3
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -950,8 +962,9 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
     N_c = group
     N_n = 3
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1019,8 +1032,9 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
     N_n = 3
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1122,8 +1136,9 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
     N_c = group
     N_n = 3
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1195,8 +1210,9 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
     N_n = 3
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1301,8 +1317,9 @@ def build_e4m3_pow2(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
     N_c = group
     N_n = 3
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1351,8 +1368,9 @@ def build_e4m3_pow2_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
     N_n = 3
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1434,8 +1452,9 @@ def build_e4m3_pow2_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
     N_c = group
     N_n = 3
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1491,8 +1510,9 @@ def build_e4m3_pow2_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
     N_n = 3
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1582,8 +1602,9 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
     N_c = group
     N_n = 3
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1647,8 +1668,9 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
     N_n = 3
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1746,8 +1768,9 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
     N_c = group
     N_n = 3
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1815,8 +1838,9 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
     N_n = 3
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1917,8 +1941,9 @@ def build_e4m3_pow2_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
     N_c = group
     N_n = 3
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1974,8 +1999,9 @@ def build_e4m3_pow2_with_weights_with_clamp(H, group, routed_scaling_factor, cla
     N_n = 3
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -2065,8 +2091,9 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
     N_c = group
     N_n = 3
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -2129,8 +2156,9 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
     N_n = 3
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -2228,8 +2256,9 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
     N_c = group
     N_n = 3
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -2297,8 +2326,9 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
     N_n = 3
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -2400,8 +2430,9 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
     N_c = group
     N_n = 3
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -2473,8 +2504,9 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
     N_n = 3
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -2580,9 +2612,10 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
     N_n = 3
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -2638,9 +2671,10 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -2729,9 +2763,10 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
     N_n = 3
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -2794,9 +2829,10 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -2893,9 +2929,10 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
     N_n = 3
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -2966,9 +3003,10 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -3073,9 +3111,10 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
     N_n = 3
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -3150,9 +3189,10 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -3260,9 +3300,10 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
     N_n = 3
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -3325,9 +3366,10 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -3424,9 +3466,10 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
     N_n = 3
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -3496,9 +3539,10 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -3603,9 +3647,10 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
     N_n = 3
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -3680,9 +3725,10 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -3791,9 +3837,10 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
     N_n = 3
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -3872,9 +3919,10 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_c * B_n))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 

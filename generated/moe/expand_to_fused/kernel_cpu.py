@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 
 TARGET = 'c'
 PASS_CONFIGS = {'tirx.disable_vectorize': True}
@@ -23,7 +23,7 @@ def build_base(K, H, x_dtype, *, threads=1, block_t=1, tile_elems=4096):
     N_k = K
     N_h = H
     B_h = N_h
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_h)
     B_k = pick_block(N_k, max(1, (tile_elems // (B_t * B_h))), 1)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32', 'e4m3': 'uint8'}[x_dtype]
 

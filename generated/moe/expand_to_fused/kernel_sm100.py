@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
@@ -25,6 +25,7 @@ def build_base(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
     B_t = block_t
     B_k = pick_block(N_k, max(1, (tile_elems // B_t)), 1)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32', 'e4m3': 'float8_e4m3fn'}[x_dtype]
 
     @T.prim_func

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 
 TARGET = 'c'
 PASS_CONFIGS = {'tirx.disable_vectorize': True}
@@ -26,7 +26,7 @@ def build_base(K, H, S, x_dtype, x_sf_dtype, *, threads=1, block_t=1, tile_elems
     N_s = S
     B_h = N_h
     B_s = N_s
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_h * B_s))
     B_k = pick_block(N_k, max(1, (tile_elems // ((B_t * B_h) * B_s))), 1)
     STORAGE_x = {'e4m3': 'uint8', 'bf16': 'uint16'}[x_dtype]
     STORAGE_x_sf = {'fp32': 'float32', 'int32': 'int32'}[x_sf_dtype]

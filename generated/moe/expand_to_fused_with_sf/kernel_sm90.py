@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
@@ -26,8 +26,9 @@ def build_base(K, H, S, x_dtype, x_sf_dtype, *, threads=128, block_t=1, tile_ele
     N_s = S
     B_h = N_h
     B_s = N_s
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_h * B_s))
     B_k = pick_block(N_k, max(1, (tile_elems // ((B_t * B_h) * B_s))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_s), tile_elems)
     STORAGE_x = {'e4m3': 'float8_e4m3fn', 'bf16': 'bfloat16'}[x_dtype]
     STORAGE_x_sf = {'fp32': 'float32', 'int32': 'int32'}[x_sf_dtype]
 

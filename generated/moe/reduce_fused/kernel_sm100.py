@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
@@ -23,8 +23,9 @@ def build_bf16(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048):
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -73,8 +74,9 @@ def build_bf16_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -127,8 +129,9 @@ def build_bf16_with_x_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=20
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -182,8 +185,9 @@ def build_bf16_with_x_sf_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -239,8 +243,9 @@ def build_bf16_with_topk_weights(K, H, x_dtype, *, threads=128, block_t=1, tile_
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -293,8 +298,9 @@ def build_bf16_with_topk_weights_with_sf(K, H, x_dtype, *, threads=128, block_t=
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -351,8 +357,9 @@ def build_bf16_with_topk_weights_with_x_sf(K, H, x_dtype, *, threads=128, block_
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -410,8 +417,9 @@ def build_bf16_with_topk_weights_with_x_sf_with_sf(K, H, x_dtype, *, threads=128
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -471,8 +479,9 @@ def build_fp32(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048):
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -521,8 +530,9 @@ def build_fp32_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -575,8 +585,9 @@ def build_fp32_with_x_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=20
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -630,8 +641,9 @@ def build_fp32_with_x_sf_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -687,8 +699,9 @@ def build_fp32_with_topk_weights(K, H, x_dtype, *, threads=128, block_t=1, tile_
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -741,8 +754,9 @@ def build_fp32_with_topk_weights_with_sf(K, H, x_dtype, *, threads=128, block_t=
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -799,8 +813,9 @@ def build_fp32_with_topk_weights_with_x_sf(K, H, x_dtype, *, threads=128, block_
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -858,8 +873,9 @@ def build_fp32_with_topk_weights_with_x_sf_with_sf(K, H, x_dtype, *, threads=128
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -919,8 +935,9 @@ def build_e4m3(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048):
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -969,8 +986,9 @@ def build_e4m3_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1023,8 +1041,9 @@ def build_e4m3_with_x_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=20
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1078,8 +1097,9 @@ def build_e4m3_with_x_sf_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1135,8 +1155,9 @@ def build_e4m3_with_topk_weights(K, H, x_dtype, *, threads=128, block_t=1, tile_
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1189,8 +1210,9 @@ def build_e4m3_with_topk_weights_with_sf(K, H, x_dtype, *, threads=128, block_t=
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1247,8 +1269,9 @@ def build_e4m3_with_topk_weights_with_x_sf(K, H, x_dtype, *, threads=128, block_
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1306,8 +1329,9 @@ def build_e4m3_with_topk_weights_with_x_sf_with_sf(K, H, x_dtype, *, threads=128
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 

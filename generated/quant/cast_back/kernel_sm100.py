@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import decode_e2m1, decode_e5m6
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
@@ -24,8 +24,9 @@ def build_e4m3_fp32_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -57,8 +58,9 @@ def build_e4m3_fp32_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_e
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -90,8 +92,9 @@ def build_e4m3_ue8m0_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -123,8 +126,9 @@ def build_e4m3_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -156,8 +160,9 @@ def build_e4m3_ue8m0_byte_bf16(H, block, block_rows, *, threads=128, block_b=4, 
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -189,8 +194,9 @@ def build_e4m3_ue8m0_byte_fp32(H, block, block_rows, *, threads=128, block_b=4, 
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -222,8 +228,9 @@ def build_e4m3_e4m3_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -255,8 +262,9 @@ def build_e4m3_e4m3_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_e
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -288,8 +296,9 @@ def build_e5m2_fp32_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -321,8 +330,9 @@ def build_e5m2_fp32_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_e
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -354,8 +364,9 @@ def build_e5m2_ue8m0_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -387,8 +398,9 @@ def build_e5m2_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -420,8 +432,9 @@ def build_e5m2_ue8m0_byte_bf16(H, block, block_rows, *, threads=128, block_b=4, 
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -453,8 +466,9 @@ def build_e5m2_ue8m0_byte_fp32(H, block, block_rows, *, threads=128, block_b=4, 
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -486,8 +500,9 @@ def build_e5m2_e4m3_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -519,8 +534,9 @@ def build_e5m2_e4m3_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_e
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -552,8 +568,9 @@ def build_e2m1_fp32_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -588,8 +605,9 @@ def build_e2m1_fp32_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_e
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -624,8 +642,9 @@ def build_e2m1_ue8m0_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -660,8 +679,9 @@ def build_e2m1_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -696,8 +716,9 @@ def build_e2m1_ue8m0_byte_bf16(H, block, block_rows, *, threads=128, block_b=4, 
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -732,8 +753,9 @@ def build_e2m1_ue8m0_byte_fp32(H, block, block_rows, *, threads=128, block_b=4, 
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -768,8 +790,9 @@ def build_e2m1_e4m3_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -804,8 +827,9 @@ def build_e2m1_e4m3_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_e
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -840,8 +864,9 @@ def build_e5m6_fp32_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -876,8 +901,9 @@ def build_e5m6_fp32_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_e
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -912,8 +938,9 @@ def build_e5m6_ue8m0_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -948,8 +975,9 @@ def build_e5m6_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -984,8 +1012,9 @@ def build_e5m6_ue8m0_byte_bf16(H, block, block_rows, *, threads=128, block_b=4, 
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -1020,8 +1049,9 @@ def build_e5m6_ue8m0_byte_fp32(H, block, block_rows, *, threads=128, block_b=4, 
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -1056,8 +1086,9 @@ def build_e5m6_e4m3_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -1092,8 +1123,9 @@ def build_e5m6_e4m3_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_e
     N_c = block
     B_r = N_r
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(

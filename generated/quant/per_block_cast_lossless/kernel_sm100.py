@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import decode_e2m1
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
@@ -26,8 +26,9 @@ def build_fp32_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256, bloc
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -84,8 +85,9 @@ def build_fp32_fp32_col(H, block_rows, block_cols, in_cols, *, threads=256, bloc
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -143,9 +145,10 @@ def build_fp32_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=256, blo
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -208,9 +211,10 @@ def build_fp32_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=256, blo
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -272,8 +276,9 @@ def build_fp32_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=256
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -330,8 +335,9 @@ def build_fp32_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=256
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -388,8 +394,9 @@ def build_ue8m0_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256, blo
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -446,8 +453,9 @@ def build_ue8m0_fp32_col(H, block_rows, block_cols, in_cols, *, threads=256, blo
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -505,9 +513,10 @@ def build_ue8m0_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=256, bl
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -570,9 +579,10 @@ def build_ue8m0_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=256, bl
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -634,8 +644,9 @@ def build_ue8m0_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threads=25
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -692,8 +703,9 @@ def build_ue8m0_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threads=25
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -750,8 +762,9 @@ def build_ue8m0_byte_fp32_row(H, block_rows, block_cols, in_cols, *, threads=256
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -808,8 +821,9 @@ def build_ue8m0_byte_fp32_col(H, block_rows, block_cols, in_cols, *, threads=256
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -867,9 +881,10 @@ def build_ue8m0_byte_ue8m0_row(H, block_rows, block_cols, in_cols, *, threads=25
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -932,9 +947,10 @@ def build_ue8m0_byte_ue8m0_col(H, block_rows, block_cols, in_cols, *, threads=25
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -996,8 +1012,9 @@ def build_ue8m0_byte_ue8m0_byte_row(H, block_rows, block_cols, in_cols, *, threa
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -1054,8 +1071,9 @@ def build_ue8m0_byte_ue8m0_byte_col(H, block_rows, block_cols, in_cols, *, threa
     B_r = pad_pow2(N_r)
     B_k = pad_pow2(N_k)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, ((B_r * B_k) * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // (((B_b * B_r) * B_k) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_k, B_b * B_r * B_g * B_k * B_c), tile_elems)
 
     @T.prim_func
     def kernel(

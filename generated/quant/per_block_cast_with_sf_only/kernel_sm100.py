@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
@@ -23,8 +23,9 @@ def build_e4m3_fp32(H, block_rows, block_cols, x_dtype, *, threads=256, block_b=
     N_c = block_cols
     B_r = pad_pow2(N_r)
     B_c = pad_pow2(N_c)
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -60,8 +61,9 @@ def build_e4m3_pow2(H, block_rows, block_cols, x_dtype, *, threads=256, block_b=
     N_c = block_cols
     B_r = pad_pow2(N_r)
     B_c = pad_pow2(N_c)
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -98,9 +100,10 @@ def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads=256, block_b
     N_g_p = T.ceildiv(N_g, 4)
     B_r = pad_pow2(N_r)
     B_c = pad_pow2(N_c)
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 

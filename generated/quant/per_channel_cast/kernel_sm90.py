@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
@@ -21,8 +21,9 @@ def build_e4m3_fp32_false(H, group_tokens, x_dtype, *, threads=256, block_b=1, t
     N_r = group_tokens
     N_h = H
     B_r = pad_pow2(N_r)
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, B_r)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_b * B_r))), 1)
+    threads = fit_threads(threads, max(B_b * B_h, B_b * B_r * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -60,8 +61,9 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, ti
     N_r = group_tokens
     N_h = H
     B_r = pad_pow2(N_r)
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, B_r)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_b * B_r))), 1)
+    threads = fit_threads(threads, max(B_b * B_h, B_b * B_r * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -104,8 +106,9 @@ def build_e4m3_pow2_false(H, group_tokens, x_dtype, *, threads=256, block_b=1, t
     N_r = group_tokens
     N_h = H
     B_r = pad_pow2(N_r)
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, B_r)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_b * B_r))), 1)
+    threads = fit_threads(threads, max(B_b * B_h, B_b * B_r * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -143,8 +146,9 @@ def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, ti
     N_r = group_tokens
     N_h = H
     B_r = pad_pow2(N_r)
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, B_r)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_b * B_r))), 1)
+    threads = fit_threads(threads, max(B_b * B_h, B_b * B_r * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -188,9 +192,10 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads=256, block_b=1, 
     N_h = H
     N_h_p = T.ceildiv(N_h, 4)
     B_r = pad_pow2(N_r)
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, B_r)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_b * B_r))), 4)
     B_h_p = T.ceildiv(B_h, 4)
+    threads = fit_threads(threads, max(B_b * B_h, B_b * B_r * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -235,9 +240,10 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, t
     N_h = H
     N_h_p = T.ceildiv(N_h, 4)
     B_r = pad_pow2(N_r)
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, B_r)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_b * B_r))), 4)
     B_h_p = T.ceildiv(B_h, 4)
+    threads = fit_threads(threads, max(B_b * B_h, B_b * B_r * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
@@ -23,8 +23,9 @@ def build_e4m3_fp32_fp32(H, group_tokens, in_group, *, threads=256, block_b=4, t
     N_c = in_group
     B_r = pad_pow2(N_r)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g * B_c, B_b * B_r * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -71,8 +72,9 @@ def build_e4m3_fp32_pow2(H, group_tokens, in_group, *, threads=256, block_b=4, t
     N_c = in_group
     B_r = pad_pow2(N_r)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g * B_c, B_b * B_r * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -120,9 +122,10 @@ def build_e4m3_fp32_ue8m0(H, group_tokens, in_group, *, threads=256, block_b=4, 
     N_b_p = T.ceildiv(N_b, 4)
     B_r = pad_pow2(N_r)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
     B_b_p = T.ceildiv(B_b, 4)
+    threads = fit_threads(threads, max(B_b * B_g * B_c, B_b * B_r * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -174,8 +177,9 @@ def build_e4m3_ue8m0_fp32(H, group_tokens, in_group, *, threads=256, block_b=4, 
     N_c = in_group
     B_r = pad_pow2(N_r)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g * B_c, B_b * B_r * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -222,8 +226,9 @@ def build_e4m3_ue8m0_pow2(H, group_tokens, in_group, *, threads=256, block_b=4, 
     N_c = in_group
     B_r = pad_pow2(N_r)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g * B_c, B_b * B_r * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -271,9 +276,10 @@ def build_e4m3_ue8m0_ue8m0(H, group_tokens, in_group, *, threads=256, block_b=4,
     N_b_p = T.ceildiv(N_b, 4)
     B_r = pad_pow2(N_r)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
     B_b_p = T.ceildiv(B_b, 4)
+    threads = fit_threads(threads, max(B_b * B_g * B_c, B_b * B_r * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -325,8 +331,9 @@ def build_e4m3_e4m3_fp32(H, group_tokens, in_group, *, threads=256, block_b=4, t
     N_c = in_group
     B_r = pad_pow2(N_r)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g * B_c, B_b * B_r * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -373,8 +380,9 @@ def build_e4m3_e4m3_pow2(H, group_tokens, in_group, *, threads=256, block_b=4, t
     N_c = in_group
     B_r = pad_pow2(N_r)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    threads = fit_threads(threads, max(B_b * B_g * B_c, B_b * B_r * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -422,9 +430,10 @@ def build_e4m3_e4m3_ue8m0(H, group_tokens, in_group, *, threads=256, block_b=4, 
     N_b_p = T.ceildiv(N_b, 4)
     B_r = pad_pow2(N_r)
     B_c = N_c
-    B_b = block_b
+    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
     B_b_p = T.ceildiv(B_b, 4)
+    threads = fit_threads(threads, max(B_b * B_g * B_c, B_b * B_r * B_g, B_b * B_r * B_g * B_c), tile_elems)
 
     @T.prim_func
     def kernel(

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import encode_e2m1, encode_e5m6
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
@@ -22,8 +22,9 @@ def build_e4m3_fp32_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -61,8 +62,9 @@ def build_e4m3_fp32_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -100,8 +102,9 @@ def build_e4m3_pow2_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -139,8 +142,9 @@ def build_e4m3_pow2_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -179,9 +183,10 @@ def build_e4m3_ue8m0_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -226,9 +231,10 @@ def build_e4m3_ue8m0_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -272,8 +278,9 @@ def build_e4m3_ue8m0_byte_row(H, group, x_dtype, *, threads=128, block_t=4, tile
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -311,8 +318,9 @@ def build_e4m3_ue8m0_byte_col(H, group, x_dtype, *, threads=128, block_t=4, tile
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -350,8 +358,9 @@ def build_e4m3_e4m3_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -389,8 +398,9 @@ def build_e4m3_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -434,8 +444,9 @@ def build_e5m2_fp32_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -473,8 +484,9 @@ def build_e5m2_fp32_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -512,8 +524,9 @@ def build_e5m2_pow2_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -551,8 +564,9 @@ def build_e5m2_pow2_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -591,9 +605,10 @@ def build_e5m2_ue8m0_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -638,9 +653,10 @@ def build_e5m2_ue8m0_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_c = group
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -684,8 +700,9 @@ def build_e5m2_ue8m0_byte_row(H, group, x_dtype, *, threads=128, block_t=4, tile
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -723,8 +740,9 @@ def build_e5m2_ue8m0_byte_col(H, group, x_dtype, *, threads=128, block_t=4, tile
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -762,8 +780,9 @@ def build_e5m2_e4m3_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -801,8 +820,9 @@ def build_e5m2_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -847,9 +867,10 @@ def build_e2m1_fp32_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 2)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 2) == 0)):
         raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -895,9 +916,10 @@ def build_e2m1_fp32_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 2)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 2) == 0)):
         raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -943,9 +965,10 @@ def build_e2m1_pow2_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 2)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 2) == 0)):
         raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -991,9 +1014,10 @@ def build_e2m1_pow2_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 2)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 2) == 0)):
         raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -1040,10 +1064,11 @@ def build_e2m1_ue8m0_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g_p = T.ceildiv(N_g, 4)
     N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
     B_c_p = T.ceildiv(B_c, 2)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 2) == 0)):
         raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -1096,10 +1121,11 @@ def build_e2m1_ue8m0_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g_p = T.ceildiv(N_g, 4)
     N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
     B_c_p = T.ceildiv(B_c, 2)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 2) == 0)):
         raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -1151,9 +1177,10 @@ def build_e2m1_ue8m0_byte_row(H, group, x_dtype, *, threads=128, block_t=4, tile
     N_c = group
     N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 2)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 2) == 0)):
         raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -1199,9 +1226,10 @@ def build_e2m1_ue8m0_byte_col(H, group, x_dtype, *, threads=128, block_t=4, tile
     N_c = group
     N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 2)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 2) == 0)):
         raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -1247,9 +1275,10 @@ def build_e2m1_e4m3_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 2)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 2) == 0)):
         raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -1295,9 +1324,10 @@ def build_e2m1_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     N_c_p = T.ceildiv(N_c, 2)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 2)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 2) == 0)):
         raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -1349,9 +1379,10 @@ def build_e5m6_fp32_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 8)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 8) == 0)):
         raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -1399,9 +1430,10 @@ def build_e5m6_fp32_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 8)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 8) == 0)):
         raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -1449,9 +1481,10 @@ def build_e5m6_pow2_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 8)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 8) == 0)):
         raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -1499,9 +1532,10 @@ def build_e5m6_pow2_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 8)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 8) == 0)):
         raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -1550,10 +1584,11 @@ def build_e5m6_ue8m0_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g_p = T.ceildiv(N_g, 4)
     N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
     B_c_p = T.ceildiv(B_c, 8)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 8) == 0)):
         raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -1608,10 +1643,11 @@ def build_e5m6_ue8m0_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g_p = T.ceildiv(N_g, 4)
     N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
     B_c_p = T.ceildiv(B_c, 8)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 8) == 0)):
         raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -1665,9 +1701,10 @@ def build_e5m6_ue8m0_byte_row(H, group, x_dtype, *, threads=128, block_t=4, tile
     N_c = group
     N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 8)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 8) == 0)):
         raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -1715,9 +1752,10 @@ def build_e5m6_ue8m0_byte_col(H, group, x_dtype, *, threads=128, block_t=4, tile
     N_c = group
     N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 8)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 8) == 0)):
         raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -1765,9 +1803,10 @@ def build_e5m6_e4m3_row(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 8)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 8) == 0)):
         raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -1815,9 +1854,10 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
     N_c = group
     N_c_p = T.ceildiv(N_c, 8)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 8)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 8) == 0)):
         raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]

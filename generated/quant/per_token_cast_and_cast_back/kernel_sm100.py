@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import decode_e2m1, decode_e5m6, encode_e2m1, encode_e5m6
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
@@ -22,8 +22,9 @@ def build_e4m3_fp32_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -62,8 +63,9 @@ def build_e4m3_fp32_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -102,8 +104,9 @@ def build_e4m3_pow2_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -142,8 +145,9 @@ def build_e4m3_pow2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -182,8 +186,9 @@ def build_e4m3_e4m3_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -222,8 +227,9 @@ def build_e4m3_e4m3_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -262,8 +268,9 @@ def build_e5m2_fp32_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -302,8 +309,9 @@ def build_e5m2_fp32_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -342,8 +350,9 @@ def build_e5m2_pow2_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -382,8 +391,9 @@ def build_e5m2_pow2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -422,8 +432,9 @@ def build_e5m2_e4m3_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -462,8 +473,9 @@ def build_e5m2_e4m3_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -502,8 +514,9 @@ def build_e2m1_fp32_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -543,8 +556,9 @@ def build_e2m1_fp32_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -584,8 +598,9 @@ def build_e2m1_pow2_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -625,8 +640,9 @@ def build_e2m1_pow2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -666,8 +682,9 @@ def build_e2m1_e4m3_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -707,8 +724,9 @@ def build_e2m1_e4m3_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -748,8 +766,9 @@ def build_e5m6_fp32_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -789,8 +808,9 @@ def build_e5m6_fp32_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -830,8 +850,9 @@ def build_e5m6_pow2_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -871,8 +892,9 @@ def build_e5m6_pow2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -912,8 +934,9 @@ def build_e5m6_e4m3_bf16(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -953,8 +976,9 @@ def build_e5m6_e4m3_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elem
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import encode_e2m1, encode_e5m6
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
@@ -22,8 +22,9 @@ def build_e4m3(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
     N_g = (H // group)
     N_c = group
     B_c = N_c
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -58,8 +59,9 @@ def build_e5m2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
     N_g = (H // group)
     N_c = group
     B_c = N_c
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -95,9 +97,10 @@ def build_e2m1(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
     N_c = group
     N_c_p = T.ceildiv(N_c, 2)
     B_c = N_c
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 2)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 2) == 0)):
         raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
@@ -140,9 +143,10 @@ def build_e5m6(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
     N_c = group
     N_c_p = T.ceildiv(N_c, 8)
     B_c = N_c
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     B_c_p = T.ceildiv(B_c, 8)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     if not (((N_c % 8) == 0)):
         raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
@@ -21,8 +21,9 @@ def build_e4m3_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -54,8 +55,9 @@ def build_e4m3_pow2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -88,9 +90,10 @@ def build_e4m3_ue8m0(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=40
     N_c = group
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -127,8 +130,9 @@ def build_e4m3_ue8m0_byte(H, group, x_dtype, *, threads=128, block_t=4, tile_ele
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -160,8 +164,9 @@ def build_e4m3_e4m3(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -193,8 +198,9 @@ def build_e5m2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -226,8 +232,9 @@ def build_e5m2_pow2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -260,9 +267,10 @@ def build_e5m2_ue8m0(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=40
     N_c = group
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -299,8 +307,9 @@ def build_e5m2_ue8m0_byte(H, group, x_dtype, *, threads=128, block_t=4, tile_ele
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -332,8 +341,9 @@ def build_e5m2_e4m3(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -365,8 +375,9 @@ def build_e2m1_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -398,8 +409,9 @@ def build_e2m1_pow2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -432,9 +444,10 @@ def build_e2m1_ue8m0(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=40
     N_c = group
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -471,8 +484,9 @@ def build_e2m1_ue8m0_byte(H, group, x_dtype, *, threads=128, block_t=4, tile_ele
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -504,8 +518,9 @@ def build_e2m1_e4m3(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -537,8 +552,9 @@ def build_e5m6_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -570,8 +586,9 @@ def build_e5m6_pow2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -604,9 +621,10 @@ def build_e5m6_ue8m0(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=40
     N_c = group
     N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
     B_g_p = T.ceildiv(B_g, 4)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -643,8 +661,9 @@ def build_e5m6_ue8m0_byte(H, group, x_dtype, *, threads=128, block_t=4, tile_ele
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -676,8 +695,9 @@ def build_e5m6_e4m3(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     N_g = (H // group)
     N_c = group
     B_c = pad_pow2(N_c)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 

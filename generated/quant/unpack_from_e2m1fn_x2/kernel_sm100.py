@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import decode_e2m1
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
@@ -22,6 +22,7 @@ def build_fp32(H, *, threads=128, block_t=4, tile_elems=4096):
     N_h = H
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
 
     @T.prim_func
     def kernel(
@@ -47,6 +48,7 @@ def build_bf16(H, *, threads=128, block_t=4, tile_elems=4096):
     N_h = H
     B_t = block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
 
     @T.prim_func
     def kernel(
