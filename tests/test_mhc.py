@@ -263,3 +263,33 @@ def test_a_two_layer_mhc_model_trains_like_plain_pytorch():
             out.append(loss.item())
     assert losses[-1] < losses[0]
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=5e-3, atol=1e-4)
+
+
+# -- TileKernels' first-release API --------------------------------------------------------------------------
+def test_compat_v1_takes_tilekernels_shapes():
+    import tkgen.compat.tilekernels_v1 as tk
+    from tkgen.compat.tilekernels_v1.modeling.mhc.ops import mhc_post, mhc_pre_apply_mix
+
+    m, d = 4, 64
+    r, h = rand(2, 3, m, d).bfloat16(), rand(2, 3, d).bfloat16()
+    tok = lambda t, n: t.reshape(-1, *t.shape[t.dim() - n:])  # noqa: E731
+    out = torch.empty(2, 3, m, d, dtype=torch.bfloat16)
+    assert tk.modeling.mhc.ops.expand_to_mhc(h, m, out=out) is out
+    same_bits(out, h[..., None, :].expand(2, 3, m, d).contiguous())
+    pre, post, comb = tk.modeling.mhc.ops.mhc_pre_split_mixes(rand(2, 3, m * (m + 2)), rand(3), rand(m * (m + 2)),
+                                                              m, 2.0, 1e-2)
+    assert pre.shape == post.shape == (2, 3, m, 1) and comb.shape == (2, 3, m, m)
+    normalized = tk.modeling.mhc.ops.sinkhorn_normalize(comb)
+    same_bits(normalized, ops.sinkhorn_normalize(tok(comb, 2), 10, 1e-6).reshape(comb.shape))
+    comb = normalized
+    same_bits(mhc_pre_apply_mix(r, pre), ops.mhc_pre_apply_mix(tok(r, 2), pre.reshape(-1, m)).reshape(2, 3, d))
+    same_bits(mhc_post(h, r, post, comb), ops.mhc_post(tok(h, 1), tok(r, 2), post.reshape(-1, m),
+                                                       comb.reshape(-1, m, m)).reshape(r.shape))
+    mix = tk.modeling.mhc.ops.mhc_head_compute_mix(rand(2, 3, m), rand(1), rand(m), 1e-2)
+    assert mix.shape == (2, 3, m)
+    with torch.no_grad():
+        y, (p, c) = tk.modeling.mhc.mhc_pre(r, rand(m * (m + 2), m * d, scale=0.01), rand(3), rand(m * (m + 2)),
+                                            norm_weight=rand(m * d))
+    assert y.shape == (2, 3, d) and p.shape == (2, 3, m, 1) and c.shape == (2, 3, m, m)
+    with pytest.raises(NotImplementedError, match="mhc_pre_norm_fn is not built"):
+        tk.modeling.mhc.ops.mhc_pre_norm_fn(r, None, None, 1e-6)
