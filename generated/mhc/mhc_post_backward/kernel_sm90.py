@@ -42,14 +42,8 @@ def build_base(M, D, *, threads=128, block_t=1, tile_elems=4096):
             b_t = pid // (T.ceildiv(N_i, B_i))
             b_i = pid % T.ceildiv(N_i, B_i)
             g = T.alloc_fragment((B_t, B_o, B_d), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_o), 'float32')
-            pg = T.alloc_fragment((B_t, B_o, B_d), 'float32')
             x_grad_tile = T.alloc_fragment((B_t, B_d), 'float32')
-            pg_by_o = T.alloc_shared((B_t, B_o, B_d), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_i, B_o), 'float32')
-            cg = T.alloc_fragment((B_t, B_i, B_o, B_d), 'float32')
             residual_grad_tile = T.alloc_fragment((B_t, B_i, B_d), 'float32')
-            cg_by_o = T.alloc_shared((B_t, B_i, B_o, B_d), 'float32')
             _t2 = T.alloc_fragment((B_t, B_d), 'float32')
             xg = T.alloc_fragment((B_t, B_o, B_d), 'float32')
             post_grad_tile = T.alloc_fragment((B_t, B_o), 'float32')
@@ -58,31 +52,19 @@ def build_base(M, D, *, threads=128, block_t=1, tile_elems=4096):
             comb_grad_tile = T.alloc_fragment((B_t, B_i, B_o), 'float32')
             for i_t, i_o, i_d in T.Parallel(B_t, B_o, B_d):
                 g[i_t, i_o, i_d] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_o < N_o)) & (i_d < N_d)), T.cast(grad_out[(b_t * B_t + i_t), i_o, i_d], "float32"), T.float32(0.0))
-            for i_t, i_o in T.Parallel(B_t, B_o):
-                _t0[i_t, i_o] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_o < N_o)), post[(b_t * B_t + i_t), i_o], T.float32(0.0))
-            for i_t, i_o, i_d in T.Parallel(B_t, B_o, B_d):
-                pg[i_t, i_o, i_d] = (_t0[i_t, i_o] * g[i_t, i_o, i_d])
             for i_t, i_d in T.Parallel(B_t, B_d):
                 x_grad_tile[i_t, i_d] = T.float32(0.0)
-            for i_t, i_o, i_d in T.Parallel(B_t, B_o, B_d):
-                pg_by_o[i_t, i_o, i_d] = pg[i_t, i_o, i_d]
             for r_o in T.serial(N_o):
                 for i_t, i_d in T.Parallel(B_t, B_d):
-                    x_grad_tile[i_t, i_d] = (x_grad_tile[i_t, i_d] + pg_by_o[i_t, r_o, i_d])
+                    x_grad_tile[i_t, i_d] = (x_grad_tile[i_t, i_d] + (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_o < N_o)), post[(b_t * B_t + i_t), r_o], T.float32(0.0)) * T.if_then_else(((((b_t * B_t + i_t) < N_t) & (r_o < N_o)) & (i_d < N_d)), T.cast(grad_out[(b_t * B_t + i_t), r_o, i_d], "float32"), T.float32(0.0))))
             for i_t, i_d in T.Parallel(B_t, B_d):
                 if (((b_t * B_t + i_t) < N_t) & (i_d < N_d)):
                     x_grad[(b_t * B_t + i_t), i_d] = T.cast(x_grad_tile[i_t, i_d], "bfloat16")
-            for i_t, i_i, i_o in T.Parallel(B_t, B_i, B_o):
-                _t1[i_t, i_i, i_o] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_o < N_o)), comb[(b_t * B_t + i_t), (b_i * B_i + i_i), i_o], T.float32(0.0))
-            for i_t, i_i, i_o, i_d in T.Parallel(B_t, B_i, B_o, B_d):
-                cg[i_t, i_i, i_o, i_d] = (_t1[i_t, i_i, i_o] * g[i_t, i_o, i_d])
             for i_t, i_i, i_d in T.Parallel(B_t, B_i, B_d):
                 residual_grad_tile[i_t, i_i, i_d] = T.float32(0.0)
-            for i_t, i_i, i_o, i_d in T.Parallel(B_t, B_i, B_o, B_d):
-                cg_by_o[i_t, i_i, i_o, i_d] = cg[i_t, i_i, i_o, i_d]
             for r_o in T.serial(N_o):
                 for i_t, i_i, i_d in T.Parallel(B_t, B_i, B_d):
-                    residual_grad_tile[i_t, i_i, i_d] = (residual_grad_tile[i_t, i_i, i_d] + cg_by_o[i_t, i_i, r_o, i_d])
+                    residual_grad_tile[i_t, i_i, i_d] = (residual_grad_tile[i_t, i_i, i_d] + (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_o < N_o)), comb[(b_t * B_t + i_t), (b_i * B_i + i_i), r_o], T.float32(0.0)) * T.if_then_else(((((b_t * B_t + i_t) < N_t) & (r_o < N_o)) & (i_d < N_d)), T.cast(grad_out[(b_t * B_t + i_t), r_o, i_d], "float32"), T.float32(0.0))))
             for i_t, i_i, i_d in T.Parallel(B_t, B_i, B_d):
                 if (((b_t * B_t + i_t) < N_t) & (i_d < N_d)):
                     residual_grad[(b_t * B_t + i_t), (b_i * B_i + i_i), i_d] = T.cast(residual_grad_tile[i_t, i_i, i_d], "bfloat16")
