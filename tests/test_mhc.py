@@ -168,7 +168,8 @@ def test_sinkhorn_backward_matches_float64_autograd(m, repeat):
 def test_composites_match_float64_autograd():
     m, d = 4, 32
     residual = rand(2, 3, m, d).bfloat16()
-    fn, scale, base = rand(m * (m + 2), m * d, scale=0.05), torch.ones(3) + rand(3, scale=0.1), rand(m * (m + 2), scale=0.1)
+    fn, base = rand(m * (m + 2), m * d, scale=0.05), rand(m * (m + 2), scale=0.1)
+    scale = torch.ones(3) + rand(3, scale=0.1)
 
     def pre(r, f, s, b):
         y, (p, c) = F.mhc_pre(r, f, s, b, mhc_mult=m, post_mult_value=2.0)

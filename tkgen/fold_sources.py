@@ -2,8 +2,8 @@
 
 A fold (`fold(sum, v, a, start)`) runs a serial loop over axis `a` and reads `v` at the loop's index, so the
 lowering computes all of `v`'s tile first and copies it where every thread can read it (shared memory on
-CUDA): for a product `comb * residual` over (t, i, o, d) folded over i, a tile of M * M * block_d floats and a shared
-round trip per element. When the value folded is a pure function of its indices (loads of tensors and
+CUDA): for a product `comb * residual` over (t, i, o, d) folded over i, a tile of M * M * block_d floats
+and a shared round trip per element. When the value folded is a pure function of its indices (loads of tensors and
 arithmetic on them, no reduction or other carried state between), each step can compute its element
 where it is added instead: `acc = acc + comb[t, r_i, o] * residual[t, r_i, d]`, the loads at the loop's
 index. The float32 operations are the same, in the same order, so the bits are too; the staged copy and
