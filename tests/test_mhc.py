@@ -294,3 +294,24 @@ def test_compat_v1_takes_tilekernels_shapes():
     assert y.shape == (2, 3, d) and p.shape == (2, 3, m, 1) and c.shape == (2, 3, m, m)
     with pytest.raises(NotImplementedError, match="mhc_pre_norm_fn is not built"):
         tk.modeling.mhc.ops.mhc_pre_norm_fn(r, None, None, 1e-6)
+
+
+# -- the type rules of alternate_normalize ---------------------------------------------------------------------
+@pytest.mark.parametrize("line, message", [
+    ("out = alternate_normalize(p0, i, i, k, eps)", "the two axes must differ"),
+    ("out = alternate_normalize(p0, i, j, j, eps)", "counts the steps; no value may vary over it"),
+    ("out = alternate_normalize(p0, t, j, k, eps)", "runs along the rows"),
+    ("out = alternate_normalize(p0, i, j, k, p0)", "eps is a float constant or param"),
+])
+def test_alternate_normalize_rejects_what_it_cannot_run(tmp_path, line, message):
+    from tkgen import registry
+    from tkgen.model import validate_files
+    good = (registry.specs_dir() / "mhc" / "sinkhorn_normalize.yaml").read_text()
+    bad = good.replace("out = alternate_normalize(p0, i, j, k, eps)", line)
+    assert bad != good
+    p = tmp_path / "op.yaml"
+    p.write_text(bad.replace("op: sinkhorn_normalize", "op: sinkhorn_variant").replace("backward:", "unused:")
+                 .split("unused:")[0])
+    errors = validate_files([p], registry.specs_dir())
+    assert len(errors) == 1 and message in errors[0].message, errors
+    assert errors[0].field_path[0] == "compute"
