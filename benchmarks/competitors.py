@@ -314,6 +314,51 @@ def _compiled(adapter):
     return make
 
 
+def _tk_mhc_ops():
+    """TileKernels' first-release mHC entry points (tile_kernels.modeling.mhc.ops). 2.1.0 dropped that module
+    for destination-passing kernels whose signatures tkgen's catalog does not record: with 2.1.0 installed the
+    adapters raise, and the bench says why."""
+    _tile_kernels()
+    try:
+        from tile_kernels.modeling.mhc import ops as mhc_ops
+    except ImportError as e:
+        raise NotImplementedError("TileKernels 2.1.0 has no modeling.mhc.ops (its mhc kernels take "
+                                  "preallocated outputs, signatures not recorded)") from e
+    return mhc_ops
+
+
+def tk_expand_to_mhc(params, dims):
+    ops = _tk_mhc_ops()
+    return lambda x: ops.expand_to_mhc(x, params["mhc_mult"])
+
+
+def tk_mhc_pre_apply_mix(params, dims):
+    ops = _tk_mhc_ops()
+    return lambda x, mix: ops.mhc_pre_apply_mix(x[None], mix[None, :, :, None])
+
+
+def tk_mhc_post(params, dims):
+    """TileKernels takes (n0, n1, ...) leading dims and post as (..., m, 1)."""
+    ops = _tk_mhc_ops()
+    return lambda x, residual, post, comb: ops.mhc_post(x[None], residual[None], post[None, :, :, None], comb[None])
+
+
+def tk_mhc_pre_split_mixes(params, dims):
+    ops = _tk_mhc_ops()
+    return lambda mixes, scale, base: ops.mhc_pre_split_mixes(mixes[None], scale, base, params["mhc_mult"],
+                                                              params["mhc_post_mult_value"], params["mhc_pre_eps"])
+
+
+def tk_mhc_head_compute_mix(params, dims):
+    ops = _tk_mhc_ops()
+    return lambda mix, scale, base: ops.mhc_head_compute_mix(mix[None], scale, base, params["mhc_pre_eps"])
+
+
+def tk_sinkhorn_normalize(params, dims):
+    ops = _tk_mhc_ops()
+    return lambda x: ops.sinkhorn_normalize(x, params["repeat"], params["eps"])
+
+
 ADAPTERS = {
     "plain": PLAIN,
     "plain_compile": {name: _compiled(a) for name, a in PLAIN.items()},
@@ -340,5 +385,11 @@ ADAPTERS = {
         "rmsnorm_forward": tk_rmsnorm_forward,
         "rmsnorm_forward_and_per_token_cast": tk_rmsnorm_forward_and_per_token_cast,
         "rmsnorm_backward": tk_rmsnorm_backward,
+        "expand_to_mhc": tk_expand_to_mhc,
+        "mhc_pre_apply_mix": tk_mhc_pre_apply_mix,
+        "mhc_post": tk_mhc_post,
+        "mhc_pre_split_mixes": tk_mhc_pre_split_mixes,
+        "mhc_head_compute_mix": tk_mhc_head_compute_mix,
+        "sinkhorn_normalize": tk_sinkhorn_normalize,
     },
 }

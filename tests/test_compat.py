@@ -347,7 +347,9 @@ V1 = {"quant": ["swiglu_forward_and_per_channel_cast_and_transpose", "per_channe
       "transpose": ["transpose", "batched_transpose"],
       "engram": ["fused_weight", "engram_gate_fwd", "engram_gate_bwd", "grad_w_reduce", "engram_hash"],
       "modeling.engram": ["engram_gate"], "modeling.mhc": ["expand_from_embedding", "mhc_head", "mhc_pre"],
-      "modeling.mhc.ops": ["expand_to_mhc", "mhc_post", "sinkhorn_normalize"]}
+      "modeling.mhc.ops": ["expand_to_mhc", "mhc_head_compute_mix", "mhc_multilayer_recompute", "mhc_pre_norm_fn",
+                           "mhc_post", "mhc_post_bwd", "mhc_post_fwd", "mhc_pre_apply_mix", "mhc_pre_big_fuse",
+                           "mhc_pre_split_mixes", "sinkhorn_normalize"]}
 
 
 def _module(root, path):

@@ -25,6 +25,7 @@ class AutogradPlan:
     returns: List[int]               # indices of the outputs the functional returns
     public_args: List[str]
     call_args: List[str]
+    dtype_refs: List[str]            # inputs with a gradient that are not saved: only their dtype is kept
 
 
 def _source(spec, text, saved, path, err):
@@ -94,7 +95,7 @@ def plan(catalog, spec) -> Optional[AutogradPlan]:
         if src is not None and src not in spec.params:
             raise err(("params", name), f"{src!r} is not a param of {spec.name}")
         args.append(src if src is not None else repr(p.default))
-    grads = []
+    grads, dtype_refs = [], []
     outs = list(back.outputs)
     for name in list(spec.inputs) + list(spec.params):
         g = bw["grads"].get(name)
@@ -103,7 +104,11 @@ def plan(catalog, spec) -> Optional[AutogradPlan]:
         elif g not in back.outputs:
             raise err(("grads", name), f"{back.name} has no output {g!r}; it has {listing(back.outputs)}")
         else:
-            grads.append(f"_grad_like(res[{outs.index(g)}], {name})")
+            # an input the backward does not read is not saved: its gradient needs only its dtype
+            ref = name if name in saved or name in spec.params else f"ctx.dtypes[{name!r}]"
+            if ref != name:
+                dtype_refs.append(name)
+            grads.append(f"_grad_like(res[{outs.index(g)}], {ref})")
     for name in bw["grads"]:
         if name not in spec.inputs:
             raise key_err(("grads", name), f"{name!r} is not an input of {spec.name}; inputs are {listing(spec.inputs)}")
@@ -112,4 +117,4 @@ def plan(catalog, spec) -> Optional[AutogradPlan]:
         if o not in spec.outputs:
             raise err(("returns", i), f"{o!r} is not an output of {spec.name}; outputs are {listing(spec.outputs)}")
     returns = [list(spec.outputs).index(o) for o in bw.get("returns", list(spec.outputs))]
-    return AutogradPlan(back.name, saved, args, grads, fn, returns, [], [])
+    return AutogradPlan(back.name, saved, args, grads, fn, returns, [], [], dtype_refs)

@@ -13,7 +13,9 @@ tune`. The rewrites, in the order `apply` runs them:
    NaNs replaced by the neutral value;
 4. `stage_transposed_stores`: a store whose innermost storage dim is not the tile's innermost axis goes
    through shared memory, so that consecutive threads write consecutive addresses;
-5. `inline_stored`: a computed value that is only stored is computed where it is stored;
+5. `inline_stored`: a computed value that is only stored is computed where it is stored; then
+   `read_fold_sources` (tkgen/fold_sources.py): an ordered fold of a value that is a function of loads
+   computes each element where it is added, instead of reading a staged copy of the whole tile;
 6. `go_persistent` (tkgen/persistent.py), where the schedule says `persistent: true`: a fixed number of
    blocks loop over the row tiles, and sums over the rows are added per block, then in block order;
 7. `fuse`: consecutive elementwise statements over the same axes share one loop (loads keep their own,
@@ -32,6 +34,7 @@ from . import ir, kir
 from . import pyexpr as P
 from .ir import F32, op
 from .lower import neutral
+from .fold_sources import read_fold_sources
 from .persistent import BLOCKS, go_persistent
 from .signature import is_native, storage
 
@@ -428,6 +431,7 @@ def apply(module: kir.Module, spec, program, catalog, arch, sched) -> kir.Module
     body = stage_transposed_stores(body, module)
     body = inline_stored(body, module.keep)
     kernel = dataclasses.replace(kernel, body=tuple(body), tiles=tuple(tiles))
+    kernel = dataclasses.replace(kernel, body=tuple(read_fold_sources(kernel.body, kernel)))
     module = module.replace(kernels=(kernel,), knobs=tuple(knobs), checks=module.checks + tuple(checks))
     if sched.get("persistent"):
         module = go_persistent(module, kernel, dyn)

@@ -34,4 +34,42 @@ class RMSNorm(torch.nn.Module):
         return functional.rms_norm(x, self.weight.shape, self.weight, self.eps, residual=residual)
 
 
-__all__ = ["functional", "SwiGLU", "RMSNorm"]
+class MHC(torch.nn.Module):
+    """A sublayer wrapped in a manifold hyper-connection: the residual holds `mhc_mult` streams of `hidden`
+    channels; per token, `functional.mhc_pre` mixes them into the sublayer's input and gives the post and
+    comb (Sinkhorn-normalized) mixes, and `functional.mhc_residual` forms the next residual from the sublayer's
+    output. The projection `fn`, `scale` and `base` are learnable (float32)."""
+
+    def __init__(self, sublayer, hidden, mhc_mult=4, *, norm_eps=1e-6, post_mult_value=2.0, pre_eps=1e-6,
+                 sinkhorn_eps=1e-6, sinkhorn_repeat=10, init_std=1e-2, device=None):
+        super().__init__()
+        m = mhc_mult
+        self.sublayer, self.mhc_mult = sublayer, m
+        self.options = dict(norm_eps=norm_eps, mhc_mult=m, post_mult_value=post_mult_value, pre_eps=pre_eps,
+                            sinkhorn_eps=sinkhorn_eps, sinkhorn_repeat=sinkhorn_repeat)
+        self.fn = torch.nn.Parameter(torch.randn(m * (m + 2), m * hidden, device=device) * init_std)
+        self.scale = torch.nn.Parameter(torch.ones(3, device=device))
+        self.base = torch.nn.Parameter(torch.zeros(m * (m + 2), device=device))
+
+    def forward(self, residual):
+        layer_input, (post, comb) = functional.mhc_pre(residual, self.fn, self.scale, self.base, **self.options)
+        return functional.mhc_residual(self.sublayer(layer_input), residual, post, comb)
+
+
+class MHCHead(torch.nn.Module):
+    """The streams of an mHC residual mixed into one hidden state (`functional.mhc_head`), with learnable
+    `fn` (m, m * hidden), `scale` (1,) and `base` (m,)."""
+
+    def __init__(self, hidden, mhc_mult=4, *, norm_eps=1e-6, pre_eps=1e-6, init_std=1e-2, device=None):
+        super().__init__()
+        m = mhc_mult
+        self.options = dict(norm_eps=norm_eps, mhc_mult=m, pre_eps=pre_eps)
+        self.fn = torch.nn.Parameter(torch.randn(m, m * hidden, device=device) * init_std)
+        self.scale = torch.nn.Parameter(torch.ones(1, device=device))
+        self.base = torch.nn.Parameter(torch.zeros(m, device=device))
+
+    def forward(self, residual):
+        return functional.mhc_head(residual, self.fn, self.scale, self.base, **self.options)
+
+
+__all__ = ["functional", "SwiGLU", "RMSNorm", "MHC", "MHCHead"]

@@ -55,3 +55,86 @@ def rms_norm(input, normalized_shape, weight=None, eps=None, *, residual=None, o
 
 # resolved when this module is imported, so that torch.compile only reads it (importing traces badly)
 _RMS_NORM = _functions().get("rms_norm")
+
+
+# -- mHC (manifold hyper-connections): the first release's modeling composites --------------------------------
+# The generated pieces, each differentiable through its generated backward, take tokens flattened into one
+# dim: mhc_expand (x (T, D) -> (T, m, D)), mhc_mix_streams (x (T, m, D), mix (T, m) -> (T, D)),
+# mhc_next_residual (x (T, D), residual (T, m, D), post (T, m), comb (T, m, m) -> (T, m, D)), mhc_split_mixes,
+# sinkhorn and mhc_head_mix. The composites below take any leading dims, as TileKernels' do.
+def _generated(name):
+    fn = _GENERATED.get(name)
+    if fn is None:
+        raise AttributeError(f"tkgen.nn.functional: no generated op has the function {name!r}")
+    return fn
+
+
+def _tokens(t, trailing):
+    """`t` with its leading dims flattened into one token dim, before `trailing` dims."""
+    return t.reshape(-1, *t.shape[t.dim() - trailing:])
+
+
+def mhc_norm_fn(residual, fn, norm_weight=None, norm_eps=1e-6):
+    """The RMS-normalised projection of each token's m streams onto the rows of `fn` (TileKernels'
+    pre-norm GEMM): with r the token's residual flattened to m * D values in float32 and F = fn * norm_weight,
+    mixes = (r @ F^T) * rsqrt(sum(r^2) / (m * D) + norm_eps). Composed here from a plain float32 torch matmul
+    (TileKernels runs it on TF32 tensor cores; that GEMM is not a tkgen kernel yet), differentiable by torch's
+    autograd. residual (..., m, D); fn (rows, m * D); returns (..., rows) float32."""
+    r = residual.flatten(-2).float()
+    f = fn if norm_weight is None else fn * norm_weight
+    a = r @ f.t()
+    return a * torch.rsqrt((r * r).sum(-1, keepdim=True) / r.shape[-1] + norm_eps)
+
+
+def expand_from_embedding(x, mhc_mult=4):
+    """x (..., D) bf16 -> (..., mhc_mult, D), every stream a copy; its gradient is the bf16 of the float32
+    sum over the streams."""
+    out = _generated("mhc_expand")(_tokens(x, 1), mhc_mult)
+    return out.reshape(*x.shape[:-1], mhc_mult, x.shape[-1])
+
+
+def mhc_mix(x, mix):
+    """x (..., m, D) bf16, mix (..., m, 1) or (..., m) float32 -> (..., D) bf16: the streams weighted and
+    added in stream order."""
+    m, d = x.shape[-2:]
+    return _generated("mhc_mix_streams")(_tokens(x, 2), mix.reshape(-1, m)).reshape(*x.shape[:-2], d)
+
+
+def mhc_residual(x, residual, post_layer_mix, comb_res_mix):
+    """The next residual (..., m, D) bf16 from the sublayer output x (..., D), the residual (..., m, D), the
+    post mix (..., m, 1) or (..., m) and the comb mix (..., m, m), comb[i, o] taking stream i to stream o."""
+    m = residual.shape[-2]
+    out = _generated("mhc_next_residual")(_tokens(x, 1), _tokens(residual, 2), post_layer_mix.reshape(-1, m),
+                                           comb_res_mix.reshape(-1, m, m))
+    return out.reshape(residual.shape)
+
+
+def mhc_pre(residual, fn, scale, base, *, norm_weight=None, norm_eps=1e-6, mhc_mult=4, post_mult_value=1.0,
+            pre_eps=1e-6, sinkhorn_eps=1e-6, sinkhorn_repeat=10, n_splits=16):
+    """TileKernels' mhc_pre: the sublayer input of each token and the mixes its residual update takes.
+
+    mixes = mhc_norm_fn(residual, fn, norm_weight, norm_eps) (a torch matmul, see there), then the generated
+    mhc_split_mixes, sinkhorn of the comb mix and mhc_mix of the streams by the pre mix, each with its
+    generated backward. residual (..., m, D) bf16, fn (m * (m + 2), m * D), scale (3,), base (m * (m + 2),)
+    float32. Returns (layer_input (..., D) bf16, (post_mix (..., m, 1), comb_mix (..., m, m))), to be used as
+    mhc_residual(sublayer(layer_input), residual, post_mix, comb_mix). `n_splits` is accepted and has no
+    effect (as in TileKernels). Unlike TileKernels without gradients, `norm_weight` is always applied."""
+    lead = residual.shape[:-2]
+    mixes = _tokens(mhc_norm_fn(residual, fn, norm_weight, norm_eps), 1)
+    pre, post, comb = _generated("mhc_split_mixes")(mixes, scale, base, mhc_mult, post_mult_value, pre_eps)
+    comb = _generated("sinkhorn")(comb, sinkhorn_repeat, sinkhorn_eps)
+    layer_input = mhc_mix(residual, pre)
+    return layer_input, (post.reshape(*lead, mhc_mult, 1), comb.reshape(*lead, mhc_mult, mhc_mult))
+
+
+def mhc_head(residual, fn, scale, base, *, norm_weight=None, norm_eps=1e-6, mhc_mult=4, pre_eps=1e-6, n_splits=16):
+    """TileKernels' mhc_head: the streams of each token mixed into one hidden state, with weights
+    sigmoid(mixes * scale + base) + pre_eps from mixes = mhc_norm_fn(residual, fn, ...) (fn (m, m * D);
+    TileKernels pads it to m * (m + 2) rows, which changes nothing in the first m). scale: a scalar or (1,);
+    base (m,). Returns (..., D) bf16."""
+    mixes = _tokens(mhc_norm_fn(residual, fn, norm_weight, norm_eps), 1)[:, :mhc_mult].contiguous()
+    scale = torch.as_tensor(scale, dtype=torch.float32, device=mixes.device).reshape(1)
+    return mhc_mix(residual, _generated("mhc_head_mix")(mixes, scale, base, pre_eps))
+
+
+_GENERATED = _functions()

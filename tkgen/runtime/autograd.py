@@ -17,10 +17,18 @@ def _like(a, ref):
 
 
 def _grad_like(g, ref):
-    """A gradient in the dtype of the forward input it belongs to (None for an input that was None)."""
+    """A gradient in the dtype of the forward input it belongs to (None for an input that was None); `ref`
+    is that input, or its dtype where the forward did not save it."""
     if ref is None or g is None:
         return None
+    if isinstance(ref, torch.dtype):
+        return g.to(ref)
     return g.to(ref.dtype) if isinstance(ref, torch.Tensor) else g
 
 
-__all__ = ["torch", "_present", "_contiguous", "_like", "_grad_like"]
+def _dtype(t):
+    """What the backward keeps of a forward input it does not read: its dtype (None where it was None)."""
+    return t.dtype if isinstance(t, torch.Tensor) else None
+
+
+__all__ = ["torch", "_present", "_contiguous", "_like", "_grad_like", "_dtype"]

@@ -5,7 +5,7 @@ from typing import Optional
 
 import torch
 
-from tkgen.runtime.autograd import _contiguous, _grad_like, _like, _present  # noqa: F401
+from tkgen.runtime.autograd import _contiguous, _dtype, _grad_like, _like, _present  # noqa: F401
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check

@@ -5,7 +5,7 @@ from typing import Optional
 
 import torch
 
-from tkgen.runtime.autograd import _contiguous, _grad_like, _like, _present  # noqa: F401
+from tkgen.runtime.autograd import _contiguous, _dtype, _grad_like, _like, _present  # noqa: F401
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
@@ -96,6 +96,7 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(residual_out, x, rstd, weight)
     ctx.params = { "eps": eps, "out_scale": out_scale, }
     ctx.absent = { "weight": weight is None, "residual": residual is None, }
+    ctx.dtypes = { "residual": _dtype(residual), }
 
 
 def _backward(ctx, *grads):
@@ -107,7 +108,7 @@ def _backward(ctx, *grads):
     residual = None if ctx.absent["residual"] else True
     res = backward(_contiguous(grads[0]), _like(_present(residual_out, x), _contiguous(grads[0])), rstd, _like(weight, _contiguous(grads[0])), _like((None if residual is None else _contiguous(grads[2])), _contiguous(grads[0])), out_scale)
     res = res if isinstance(res, (tuple, list)) else (res,)
-    return _grad_like(res[0], x), _grad_like(res[2], weight), _grad_like(res[0], residual), None, None
+    return _grad_like(res[0], x), _grad_like(res[2], weight), _grad_like(res[0], ctx.dtypes['residual']), None, None
 
 
 _rmsnorm_forward.register_autograd(_backward, setup_context=_setup_context)

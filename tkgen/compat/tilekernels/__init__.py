@@ -19,7 +19,12 @@ mhc = module(__name__ + ".mhc", RELEASE, [
     "mhc_multilayer_recompute", "mhc_fn_normw_merge_bwd", "mhc_fn_normw_merge_fwd",
     "mhc_reduce_partials_and_rmsnorm_bwd", "mhc_reduce_partials_and_rmsnorm_fwd", "mhc_post_bwd", "mhc_post_fwd",
     "mhc_pre_apply_mix_bwd", "mhc_pre_apply_mix_fwd", "mhc_pre_big_fuse_fwd", "mhc_pre_split_mixes_bwd",
-    "mhc_pre_split_mixes_fwd", "mhc_sinkhorn_bwd", "mhc_sinkhorn_fwd"])
+    "mhc_pre_split_mixes_fwd", "mhc_sinkhorn_bwd", "mhc_sinkhorn_fwd"],
+    doc="TileKernels 2.1.0's `mhc`: destination-passing kernel entry points whose signatures tkgen does not "
+        "reproduce yet (every function raises NotImplementedError). The computations are tkgen ops: "
+        "expand_to_mhc, mhc_pre_apply_mix, mhc_post, mhc_pre_split_mixes, sinkhorn_normalize, "
+        "mhc_head_compute_mix and their _backward ops; the first release's signatures are in "
+        "tkgen.compat.tilekernels_v1.modeling.mhc.ops.")
 modeling = module(__name__ + ".modeling", RELEASE, [])
 modeling.engram = module(__name__ + ".modeling.engram", RELEASE, ["EngramGateFn", "engram_gate"])
 rand = module(__name__ + ".rand", RELEASE, ["randn", "randn_like", "set_seed"])

@@ -1,0 +1,37 @@
+"""`tile_kernels.modeling.mhc` of TileKernels' first release: the composites, on tkgen.nn.functional.
+
+TileKernels' pre-norm projection is a TF32 tensor-core GEMM (its weight rounded by adding 0x1000 to the bits);
+tkgen has no kernel for it yet, and these composites take it from a float32 torch matmul
+(`tkgen.nn.functional.mhc_norm_fn`), so the mixes differ from TileKernels' by about TF32's precision. As in
+TileKernels, `mhc_pre` without gradients ignores `norm_weight` (TileKernels' inference fusion has none)."""
+from __future__ import annotations
+
+import torch
+
+
+def _functional():
+    import tkgen.nn.functional as F
+    return F
+
+
+def expand_from_embedding(x, mhc_mult: int = 4):
+    return _functional().expand_from_embedding(x, mhc_mult)
+
+
+def mhc_pre(residual, fn, scale, base, *, norm_weight=None, norm_eps=1e-6, mhc_mult=4, post_mult_value=1.0,
+            pre_eps=1e-6, sinkhorn_eps=1e-6, sinkhorn_repeat=10, n_splits=16):
+    """(layer_input (..., D) bf16, (post_mix (..., m, 1), comb_mix (..., m, m)))."""
+    if not torch.is_grad_enabled():
+        norm_weight = None
+    return _functional().mhc_pre(residual, fn, scale, base, norm_weight=norm_weight, norm_eps=norm_eps,
+                                 mhc_mult=mhc_mult, post_mult_value=post_mult_value, pre_eps=pre_eps,
+                                 sinkhorn_eps=sinkhorn_eps, sinkhorn_repeat=sinkhorn_repeat, n_splits=n_splits)
+
+
+def mhc_head(residual, fn, scale, base, *, norm_weight=None, norm_eps=1e-6, mhc_mult=4, pre_eps=1e-6, n_splits=16):
+    """layer_input (..., D) bf16."""
+    return _functional().mhc_head(residual, fn, scale, base, norm_weight=norm_weight, norm_eps=norm_eps,
+                                  mhc_mult=mhc_mult, pre_eps=pre_eps, n_splits=n_splits)
+
+
+__all__ = ["expand_from_embedding", "mhc_head", "mhc_pre"]

@@ -1,0 +1,110 @@
+"""A schedule rewrite: an ordered fold reads the elements it adds from the tensors, not from a staged tile.
+
+A fold (`fold(sum, v, a, start)`) runs a serial loop over axis `a` and reads `v` at the loop's index, so the
+lowering computes all of `v`'s tile first and copies it where every thread can read it (shared memory on
+CUDA): for a product `comb * residual` over (t, i, o, d) folded over i, a tile of M * M * block_d floats
+and a shared round trip per element. When the value folded is a pure function of its indices (loads of tensors and
+arithmetic on them, no reduction or other carried state between), each step can compute its element
+where it is added instead: `acc = acc + comb[t, r_i, o] * residual[t, r_i, d]`, the loads at the loop's
+index. The float32 operations are the same, in the same order, so the bits are too; the staged copy and
+the tiles only it read are dropped.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, Optional
+
+from . import ir, kir
+
+
+def _defs(body) -> Dict[str, kir.Compute]:
+    """Buffers written exactly once, by a top-level Compute of the whole buffer."""
+    count: Dict[str, int] = {}
+    for st in kir.statements(body):
+        for f in dataclasses.fields(st):
+            v = getattr(st, f.name)
+            if f.name in ("dst",) and isinstance(v, kir.Buffer):
+                count[v.name] = count.get(v.name, 0) + 1
+    return {st.dst.name: st for st in body
+            if isinstance(st, kir.Compute) and not st.at and count.get(st.dst.name) == 1}
+
+
+def _pure(name, defs, used: set, seen=()) -> Optional[ir.Expr]:
+    """The value of buffer `name` as an expression of indices, tensors and constants alone (its reads of
+    other buffers expanded; their names added to `used`), or None where it reads state (a reduction, a
+    loop's carry, a slice)."""
+    st = defs.get(name)
+    if st is None or name in seen:
+        return None
+    used.add(name)
+    failed = []
+
+    def fn(n):
+        if isinstance(n, ir.Read):
+            inner = _pure(n.buffer, defs, used, seen + (name,)) if n.indices is None and n.guard is None else None
+            if inner is None:
+                failed.append(n)
+                return n
+            return inner
+        return None
+    e = ir.rebuild(st.value, fn)
+    return None if failed else e
+
+
+def _at(e: ir.Expr, index: Dict[str, ir.Expr]) -> ir.Expr:
+    return ir.rebuild(e, lambda n: index.get(n.axis) if isinstance(n, ir.Index) else None)
+
+
+def read_fold_sources(body, kernel: kir.Kernel):
+    """Reads of a staged fold source at a loop index become the source's expression at that index."""
+    defs = _defs(body)
+    staged, used = {}, set()
+    for name, st in defs.items():
+        v = st.value
+        if st.dst.scope == "shared" and isinstance(v, ir.Read) and v.indices is None and v.guard is None:
+            src = defs.get(v.buffer)
+            chain = set()
+            pure = _pure(v.buffer, defs, chain) if src is not None and src.dst.axes == st.dst.axes else None
+            if pure is not None:
+                staged[name] = (st.dst, pure)
+                used |= chain | {name}
+    if not staged:
+        return list(body)
+
+    def inline(n):
+        if not (isinstance(n, ir.Read) and n.buffer in staged and n.indices is not None and n.guard is None):
+            return None
+        buf, pure = staged[n.buffer]
+        index = {}
+        for axis, i in zip(buf.axes, n.indices):
+            if isinstance(i, ir.Index) and i.axis == axis:
+                continue
+            if kernel.tile(axis).split:        # a loop index stands for a global one only on a whole axis
+                return None
+            index[axis] = i
+        return _at(pure, index)
+    return drop_unread(kir.map_exprs(body, lambda e: ir.rebuild(e, inline)), used)
+
+
+def _reads(body) -> set:
+    names = set()
+    for st in kir.statements(body):
+        for e in kir.exprs(st):
+            names |= {n.buffer for n in ir.walk(e) if isinstance(n, ir.Read)}
+        for f in ("src", "a", "b"):
+            v = getattr(st, f, None)
+            if isinstance(v, kir.Buffer):
+                names.add(v.name)
+    return names
+
+
+def drop_unread(body, candidates: set):
+    """The top-level Computes of `candidates` that nothing reads any more, until none is left."""
+    body = list(body)
+    while True:
+        read = _reads(body)
+        kept = [st for st in body if not (isinstance(st, kir.Compute) and not st.at and st.dst.name in candidates
+                                          and st.dst.name not in read)]
+        if len(kept) == len(body):
+            return kept
+        body = kept
