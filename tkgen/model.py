@@ -86,10 +86,10 @@ class Tensor:
                                              # param is given, or this boolean param is true
     at: Optional[str] = None                 # an integer input holding positions in this tensor: flat (no view),
                                              # or of its rows (dim 0) when the tensor has a view of its other dims
-    row_view: Optional[Tuple[Tuple[str, ...], ...]] = None   # rows at positions: the view of dims 1..
     # inputs: one dim split into named segments of unequal length, read one at a time (`load(kv, k)`):
     # (dim, ((segment, axes), ...)); the view holds that dim's axes, each once, in order
     segments: Optional[Tuple[int, Tuple[Tuple[str, Tuple[str, ...]], ...]]] = None
+    row_view: Optional[Tuple[Tuple[str, ...], ...]] = None   # rows at positions: the view of dims 1..
 
     def segment_axes(self, segment: str) -> Tuple[str, ...]:
         """The axes of a load of one segment: the view with the segmented dim indexed by its own axes."""

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
@@ -23,6 +23,7 @@ def build_base(D, mhc_mult, *, threads=128, block_t=1, tile_elems=8192):
     B_t = block_t
     B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1)
     B_d = pick_block(N_d, max(1, (tile_elems // (B_t * B_s))), 1)
+    threads = fit_threads(threads, B_t * B_d, tile_elems)
 
     @T.prim_func
     def kernel(

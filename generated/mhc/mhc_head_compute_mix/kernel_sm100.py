@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
@@ -22,6 +22,7 @@ def build_base(M, mhc_pre_eps, *, threads=128, block_t=32, tile_elems=8192):
     N_u = 1
     B_t = block_t
     B_j = pick_block(N_j, max(1, (tile_elems // B_t)), 1)
+    threads = fit_threads(threads, max(B_j, B_t * B_j), tile_elems)
 
     @T.prim_func
     def kernel(

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
@@ -22,9 +22,10 @@ def build_base(M, D, *, threads=128, block_t=1, tile_elems=16384):
     N_o = M
     N_d = D
     B_i = pad_pow2(N_i)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_i)
     B_o = pick_block(N_o, max(1, (tile_elems // (B_t * B_i))), 1)
     B_d = pick_block(N_d, max(1, (tile_elems // ((B_t * B_i) * B_o))), 1)
+    threads = fit_threads(threads, max(B_t * B_d, B_t * B_o, B_t * B_o * B_d), tile_elems)
 
     @T.prim_func
     def kernel(

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 TARGET = 'c'
@@ -24,7 +24,7 @@ def build_base(M, D, *, threads=1, block_t=1, tile_elems=4096):
     N_d = D
     B_o = N_o
     B_d = N_d
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, (B_o * B_d))
     B_i = pick_block(N_i, max(1, (tile_elems // ((B_t * B_o) * B_d))), 1)
 
     @T.prim_func

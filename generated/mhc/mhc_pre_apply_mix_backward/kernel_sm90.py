@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
@@ -21,8 +21,9 @@ def build_base(M, D, *, threads=128, block_t=1, tile_elems=4096):
     N_s = M
     N_d = D
     B_d = pad_pow2(N_d)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_d)
     B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1)
+    threads = fit_threads(threads, max(B_t * B_d, B_t * B_s, B_t * B_s * B_d), tile_elems)
 
     @T.prim_func
     def kernel(
@@ -65,8 +66,9 @@ def build_with_x_grad_acc(M, D, *, threads=128, block_t=1, tile_elems=4096):
     N_s = M
     N_d = D
     B_d = pad_pow2(N_d)
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_d)
     B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1)
+    threads = fit_threads(threads, max(B_t * B_d, B_t * B_s, B_t * B_s * B_d), tile_elems)
 
     @T.prim_func
     def kernel(

@@ -8,7 +8,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
@@ -22,8 +22,9 @@ def build_base(mhc_mult, mhc_post_mult_value, mhc_pre_eps, *, threads=128, block
     N_j = mhc_mult
     N_g = 3
     B_i = N_i
-    B_t = block_t
+    B_t = fit_rows(block_t, tile_elems, B_i)
     B_j = pick_block(N_j, max(1, (tile_elems // (B_t * B_i))), 1)
+    threads = fit_threads(threads, max(B_i * B_j, B_j, B_t * B_i * B_j, B_t * B_j), tile_elems)
     if not ((((N_j + N_j) + (N_i * N_j)) == (mhc_mult * (mhc_mult + 2)))):
         raise ValueError('input_mixes: its segments pre, post, comb must fill dim 1 exactly')
     if not ((((N_j + N_j) + (N_i * N_j)) == (mhc_mult * (mhc_mult + 2)))):

@@ -36,27 +36,12 @@ def build_bf16(K, H, x_dtype, *, threads=1, block_t=1):
         out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), T.float32(1.0), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.float32(1.0), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16(acc[i_t, i_h]), "uint16")
@@ -85,28 +70,13 @@ def build_bf16_with_sf(K, H, x_dtype, *, threads=1, block_t=1):
         out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
             _t3 = T.alloc_local((1,), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), T.float32(1.0), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.float32(1.0), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -137,30 +107,12 @@ def build_bf16_with_x_sf(K, H, x_dtype, *, threads=1, block_t=1):
         out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t1 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t1[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16(acc[i_t, i_h]), "uint16")
@@ -191,31 +143,13 @@ def build_bf16_with_x_sf_with_sf(K, H, x_dtype, *, threads=1, block_t=1):
         out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t1 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
             _t3 = T.alloc_local((1,), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t1[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -245,30 +179,12 @@ def build_bf16_with_topk_weights(K, H, x_dtype, *, threads=1, block_t=1):
         out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t0[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16(acc[i_t, i_h]), "uint16")
@@ -298,31 +214,13 @@ def build_bf16_with_topk_weights_with_sf(K, H, x_dtype, *, threads=1, block_t=1)
         out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
             _t3 = T.alloc_local((1,), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t0[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -354,33 +252,12 @@ def build_bf16_with_topk_weights_with_x_sf(K, H, x_dtype, *, threads=1, block_t=
         out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_local((B_t, B_k), 'float32')
-            _t1 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), (_t0[i_t, i_k] * _t1[i_t, i_k]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), (T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)) * T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0))), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16(acc[i_t, i_h]), "uint16")
@@ -412,34 +289,13 @@ def build_bf16_with_topk_weights_with_x_sf_with_sf(K, H, x_dtype, *, threads=1, 
         out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_local((B_t, B_k), 'float32')
-            _t1 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
             _t3 = T.alloc_local((1,), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), (_t0[i_t, i_k] * _t1[i_t, i_k]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), (T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)) * T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0))), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -468,27 +324,12 @@ def build_fp32(K, H, x_dtype, *, threads=1, block_t=1):
         out: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), T.float32(1.0), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.float32(1.0), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = acc[i_t, i_h]
@@ -517,28 +358,13 @@ def build_fp32_with_sf(K, H, x_dtype, *, threads=1, block_t=1):
         out: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
             _t3 = T.alloc_local((1,), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), T.float32(1.0), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.float32(1.0), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -569,30 +395,12 @@ def build_fp32_with_x_sf(K, H, x_dtype, *, threads=1, block_t=1):
         out: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t1 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t1[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = acc[i_t, i_h]
@@ -623,31 +431,13 @@ def build_fp32_with_x_sf_with_sf(K, H, x_dtype, *, threads=1, block_t=1):
         out: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t1 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
             _t3 = T.alloc_local((1,), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t1[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -677,30 +467,12 @@ def build_fp32_with_topk_weights(K, H, x_dtype, *, threads=1, block_t=1):
         out: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t0[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = acc[i_t, i_h]
@@ -730,31 +502,13 @@ def build_fp32_with_topk_weights_with_sf(K, H, x_dtype, *, threads=1, block_t=1)
         out: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
             _t3 = T.alloc_local((1,), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t0[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -786,33 +540,12 @@ def build_fp32_with_topk_weights_with_x_sf(K, H, x_dtype, *, threads=1, block_t=
         out: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_local((B_t, B_k), 'float32')
-            _t1 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), (_t0[i_t, i_k] * _t1[i_t, i_k]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), (T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)) * T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0))), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = acc[i_t, i_h]
@@ -844,34 +577,13 @@ def build_fp32_with_topk_weights_with_x_sf_with_sf(K, H, x_dtype, *, threads=1, 
         out: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_local((B_t, B_k), 'float32')
-            _t1 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
             _t3 = T.alloc_local((1,), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), (_t0[i_t, i_k] * _t1[i_t, i_k]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), (T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)) * T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0))), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -900,27 +612,12 @@ def build_e4m3(K, H, x_dtype, *, threads=1, block_t=1):
         out: T.Tensor((T_, H), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), T.float32(1.0), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.float32(1.0), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_e4m3(acc[i_t, i_h]), "uint8")
@@ -949,28 +646,13 @@ def build_e4m3_with_sf(K, H, x_dtype, *, threads=1, block_t=1):
         out: T.Tensor((T_, H), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
             _t3 = T.alloc_local((1,), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), T.float32(1.0), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.float32(1.0), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -1001,30 +683,12 @@ def build_e4m3_with_x_sf(K, H, x_dtype, *, threads=1, block_t=1):
         out: T.Tensor((T_, H), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t1 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t1[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_e4m3(acc[i_t, i_h]), "uint8")
@@ -1055,31 +719,13 @@ def build_e4m3_with_x_sf_with_sf(K, H, x_dtype, *, threads=1, block_t=1):
         out: T.Tensor((T_, H), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t1 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
             _t3 = T.alloc_local((1,), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t1[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -1109,30 +755,12 @@ def build_e4m3_with_topk_weights(K, H, x_dtype, *, threads=1, block_t=1):
         out: T.Tensor((T_, H), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t0[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_e4m3(acc[i_t, i_h]), "uint8")
@@ -1162,31 +790,13 @@ def build_e4m3_with_topk_weights_with_sf(K, H, x_dtype, *, threads=1, block_t=1)
         out: T.Tensor((T_, H), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
             _t3 = T.alloc_local((1,), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t0[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -1218,33 +828,12 @@ def build_e4m3_with_topk_weights_with_x_sf(K, H, x_dtype, *, threads=1, block_t=
         out: T.Tensor((T_, H), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_local((B_t, B_k), 'float32')
-            _t1 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), (_t0[i_t, i_k] * _t1[i_t, i_k]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), (T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)) * T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0))), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_e4m3(acc[i_t, i_h]), "uint8")
@@ -1276,34 +865,13 @@ def build_e4m3_with_topk_weights_with_x_sf_with_sf(K, H, x_dtype, *, threads=1, 
         out: T.Tensor((T_, H), 'uint8'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            p = T.alloc_local((B_t, B_k), 'int32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_local((B_t, B_k), 'float32')
-            _t1 = T.alloc_local((B_t, B_k), 'float32')
-            w = T.alloc_local((B_t, B_k), 'float32')
             acc = T.alloc_local((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_local((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_local((B_t, B_k), 'float32')
             _t3 = T.alloc_local((1,), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), (_t0[i_t, i_k] * _t1[i_t, i_k]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.grid(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(T.cast(xv_by_k[i_t, r_k, i_h], "float64") * T.cast(w_by_k[i_t, r_k], "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    acc[i_t, i_h] = T.cast(T.cast(T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), i_h]), T.float32(0.0)), "float64") * T.cast(T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), (T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)) * T.if_then_else((((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & ((b_t * B_t + i_t) < N_t)), x_sf[T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0))), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"), "float32")
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):

@@ -25,7 +25,7 @@ def build_bf16(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048):
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -38,27 +38,12 @@ def build_bf16(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), T.float32(1.0), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.float32(1.0), T.float32(0.0)), acc[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(acc[i_t, i_h], "bfloat16")
@@ -76,7 +61,7 @@ def build_bf16_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -90,28 +75,13 @@ def build_bf16_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
             _t3 = T.alloc_fragment((1,), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), T.float32(1.0), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.float32(1.0), T.float32(0.0)), acc[i_t, i_h])
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -131,7 +101,7 @@ def build_bf16_with_x_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=20
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -145,30 +115,12 @@ def build_bf16_with_x_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=20
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t1[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), x_sf[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(acc[i_t, i_h], "bfloat16")
@@ -187,7 +139,7 @@ def build_bf16_with_x_sf_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -202,31 +154,13 @@ def build_bf16_with_x_sf_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
             _t3 = T.alloc_fragment((1,), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t1[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), x_sf[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -245,7 +179,7 @@ def build_bf16_with_topk_weights(K, H, x_dtype, *, threads=128, block_t=1, tile_
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -259,30 +193,12 @@ def build_bf16_with_topk_weights(K, H, x_dtype, *, threads=128, block_t=1, tile_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t0[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(acc[i_t, i_h], "bfloat16")
@@ -300,7 +216,7 @@ def build_bf16_with_topk_weights_with_sf(K, H, x_dtype, *, threads=128, block_t=
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -315,31 +231,13 @@ def build_bf16_with_topk_weights_with_sf(K, H, x_dtype, *, threads=128, block_t=
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
             _t3 = T.alloc_fragment((1,), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t0[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -359,7 +257,7 @@ def build_bf16_with_topk_weights_with_x_sf(K, H, x_dtype, *, threads=128, block_
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -374,33 +272,12 @@ def build_bf16_with_topk_weights_with_x_sf(K, H, x_dtype, *, threads=128, block_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_k), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), (_t0[i_t, i_k] * _t1[i_t, i_k]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)) * T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), x_sf[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0))), T.float32(0.0)), acc[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(acc[i_t, i_h], "bfloat16")
@@ -419,7 +296,7 @@ def build_bf16_with_topk_weights_with_x_sf_with_sf(K, H, x_dtype, *, threads=128
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -435,34 +312,13 @@ def build_bf16_with_topk_weights_with_x_sf_with_sf(K, H, x_dtype, *, threads=128
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_k), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
             _t3 = T.alloc_fragment((1,), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), (_t0[i_t, i_k] * _t1[i_t, i_k]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)) * T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), x_sf[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0))), T.float32(0.0)), acc[i_t, i_h])
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -481,7 +337,7 @@ def build_fp32(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048):
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -494,27 +350,12 @@ def build_fp32(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), T.float32(1.0), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.float32(1.0), T.float32(0.0)), acc[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = acc[i_t, i_h]
@@ -532,7 +373,7 @@ def build_fp32_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -546,28 +387,13 @@ def build_fp32_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
             _t3 = T.alloc_fragment((1,), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), T.float32(1.0), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.float32(1.0), T.float32(0.0)), acc[i_t, i_h])
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -587,7 +413,7 @@ def build_fp32_with_x_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=20
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -601,30 +427,12 @@ def build_fp32_with_x_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=20
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t1[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), x_sf[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = acc[i_t, i_h]
@@ -643,7 +451,7 @@ def build_fp32_with_x_sf_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -658,31 +466,13 @@ def build_fp32_with_x_sf_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
             _t3 = T.alloc_fragment((1,), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t1[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), x_sf[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -701,7 +491,7 @@ def build_fp32_with_topk_weights(K, H, x_dtype, *, threads=128, block_t=1, tile_
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -715,30 +505,12 @@ def build_fp32_with_topk_weights(K, H, x_dtype, *, threads=128, block_t=1, tile_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t0[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = acc[i_t, i_h]
@@ -756,7 +528,7 @@ def build_fp32_with_topk_weights_with_sf(K, H, x_dtype, *, threads=128, block_t=
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -771,31 +543,13 @@ def build_fp32_with_topk_weights_with_sf(K, H, x_dtype, *, threads=128, block_t=
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
             _t3 = T.alloc_fragment((1,), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t0[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -815,7 +569,7 @@ def build_fp32_with_topk_weights_with_x_sf(K, H, x_dtype, *, threads=128, block_
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -830,33 +584,12 @@ def build_fp32_with_topk_weights_with_x_sf(K, H, x_dtype, *, threads=128, block_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_k), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), (_t0[i_t, i_k] * _t1[i_t, i_k]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)) * T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), x_sf[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0))), T.float32(0.0)), acc[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = acc[i_t, i_h]
@@ -875,7 +608,7 @@ def build_fp32_with_topk_weights_with_x_sf_with_sf(K, H, x_dtype, *, threads=128
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -891,34 +624,13 @@ def build_fp32_with_topk_weights_with_x_sf_with_sf(K, H, x_dtype, *, threads=128
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_k), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
             _t3 = T.alloc_fragment((1,), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), (_t0[i_t, i_k] * _t1[i_t, i_k]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)) * T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), x_sf[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0))), T.float32(0.0)), acc[i_t, i_h])
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -937,7 +649,7 @@ def build_e4m3(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048):
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -950,27 +662,12 @@ def build_e4m3(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), T.float32(1.0), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.float32(1.0), T.float32(0.0)), acc[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(acc[i_t, i_h], "float8_e4m3fn")
@@ -988,7 +685,7 @@ def build_e4m3_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1002,28 +699,13 @@ def build_e4m3_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=2048
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
             _t3 = T.alloc_fragment((1,), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), T.float32(1.0), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.float32(1.0), T.float32(0.0)), acc[i_t, i_h])
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -1043,7 +725,7 @@ def build_e4m3_with_x_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=20
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1057,30 +739,12 @@ def build_e4m3_with_x_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_elems=20
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t1[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), x_sf[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(acc[i_t, i_h], "float8_e4m3fn")
@@ -1099,7 +763,7 @@ def build_e4m3_with_x_sf_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1114,31 +778,13 @@ def build_e4m3_with_x_sf_with_sf(K, H, x_dtype, *, threads=128, block_t=1, tile_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
             _t3 = T.alloc_fragment((1,), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t1[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), x_sf[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -1157,7 +803,7 @@ def build_e4m3_with_topk_weights(K, H, x_dtype, *, threads=128, block_t=1, tile_
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1171,30 +817,12 @@ def build_e4m3_with_topk_weights(K, H, x_dtype, *, threads=128, block_t=1, tile_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t0[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(acc[i_t, i_h], "float8_e4m3fn")
@@ -1212,7 +840,7 @@ def build_e4m3_with_topk_weights_with_sf(K, H, x_dtype, *, threads=128, block_t=
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1227,31 +855,13 @@ def build_e4m3_with_topk_weights_with_sf(K, H, x_dtype, *, threads=128, block_t=
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
             _t3 = T.alloc_fragment((1,), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), _t0[i_t, i_k], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
@@ -1271,7 +881,7 @@ def build_e4m3_with_topk_weights_with_x_sf(K, H, x_dtype, *, threads=128, block_
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1286,33 +896,12 @@ def build_e4m3_with_topk_weights_with_x_sf(K, H, x_dtype, *, threads=128, block_
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_k), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), (_t0[i_t, i_k] * _t1[i_t, i_k]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)) * T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), x_sf[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0))), T.float32(0.0)), acc[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(acc[i_t, i_h], "float8_e4m3fn")
@@ -1331,7 +920,7 @@ def build_e4m3_with_topk_weights_with_x_sf_with_sf(K, H, x_dtype, *, threads=128
     B_k = pad_pow2(N_k)
     B_t = fit_rows(block_t, tile_elems, B_k)
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
-    threads = fit_threads(threads, max(B_t * B_h, B_t * B_k, B_t * B_k * B_h), tile_elems)
+    threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1347,34 +936,13 @@ def build_e4m3_with_topk_weights_with_x_sf_with_sf(K, H, x_dtype, *, threads=128
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            p = T.alloc_fragment((B_t, B_k), 'int32')
-            xv = T.alloc_fragment((B_t, B_k, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_k), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_k), 'float32')
-            w = T.alloc_fragment((B_t, B_k), 'float32')
             acc = T.alloc_fragment((B_t, B_h), 'float32')
-            xv_by_k = T.alloc_shared((B_t, B_k, B_h), 'float32')
-            w_by_k = T.alloc_shared((B_t, B_k), 'float32')
             _t3 = T.alloc_fragment((1,), 'float32')
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), i_k], "int32"), T.int32(0))
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), LOAD_x(x[p[i_t, i_k], (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)), topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                _t1[i_t, i_k] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (i_k < N_k))), x_sf[p[i_t, i_k]], T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.Select((p[i_t, i_k] >= T.int32(0)), (_t0[i_t, i_k] * _t1[i_t, i_k]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for i_t, i_k, i_h in T.Parallel(B_t, B_k, B_h):
-                xv_by_k[i_t, i_k, i_h] = xv[i_t, i_k, i_h]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                w_by_k[i_t, i_k] = w[i_t, i_k]
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    acc[i_t, i_h] = T.fma(xv_by_k[i_t, r_k, i_h], w_by_k[i_t, r_k], acc[i_t, i_h])
+                    acc[i_t, i_h] = T.fma(T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), LOAD_x(x[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)), (b_h * B_h + i_h)]), T.float32(0.0)), T.Select((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)), (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)) * T.if_then_else((((T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0)) & (T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)) < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))), x_sf[T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)), T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))], T.float32(0.0))), T.float32(0.0)), acc[i_t, i_h])
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
