@@ -275,6 +275,7 @@ class ReferencePrinter:
                 lines.append(f"n_{tname} = {tname}.numel()")
         for a, ax in self.m.axes.items():
             lines.append(f"N_{a} = {P.py_expr(ax.extent, tl=False)}")
+        lines += [f"{n} = {P.py_expr(e, tl=False)}" for n, e in self.m.meta.get("sizes", ())]
         return lines
 
     def device_of(self) -> str:

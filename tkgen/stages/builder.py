@@ -79,6 +79,7 @@ class Builder:
         self.partials = set()        # reductions over the rows: each block's part, added into an output
         self.assigned = {}           # value name -> the compute statement that assigns it
         self.at = {}
+        self.sizes: Dict[str, E.Node] = {}   # integer values of params and dims, computed in Python
 
     # -- errors and arguments ---------------------------------------------------------------------------
     def fail(self, idx, msg, node=None):
@@ -142,6 +143,15 @@ class Builder:
         self.define(idx, name, (), e.dtype)       # checks the name
         del self.values[name]
         self.consts[name] = e
+
+    def size(self, idx, name, node):
+        """A value computed once from params and dims (tkgen/stages/elementwise.py: _size_expression): an
+        i32 scalar that the factory and the reference compute in Python."""
+        self.define(idx, name, (), ir.I32)       # checks the name
+        del self.values[name]
+        self.sizes[name] = node
+        self.scalars[name] = "size"
+        self.consts[name] = ir.Var(name, ir.I32)
 
     def add(self, idx, step: Step) -> Step:
         object.__setattr__(step, "stage_index", idx)    # where errors of its lowering point
@@ -321,7 +331,7 @@ class Builder:
             outputs[name] = v
         self.prune(outputs)
         return Program(self.values, self.steps, outputs, self.whole, self.scalars, self.rounds, self.keep, self.at,
-                       self.counts & set(self.values))
+                       self.counts & set(self.values), self.sizes)
 
 
 def _store_problem(t, v):

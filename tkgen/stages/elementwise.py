@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import expr as E
 from .. import ir, kir
 from ..ir import I32, op
 from .base import INTS, Function, Stage, Step, Value, expr_work, function, stage
@@ -44,9 +45,13 @@ def assign(b, idx, targets, node):
     folded) is inlined where it is used, and a value that folds to another value is another name for it."""
     if len(targets) != 1:
         b.fail(idx, "an elementwise expression produces one value")
+    name = targets[0]
+    size = _size_expression(b, node)
+    if size is not None and name not in b.spec.outputs:
+        b.size(idx, name, size)
+        return
     e = ir.fold(b.elementwise(idx, node, set()))
     axes = b.axes_of(e)          # after folding: `a0 > inf or pad` may not vary at all
-    name = targets[0]
     if name not in b.spec.outputs and not axes:
         b.constant(idx, name, e)
         return
@@ -55,6 +60,36 @@ def assign(b, idx, targets, node):
         b.values[name] = b.values[e.name]     # another name for a value: no copy
     else:
         b.add(idx, Map(v, e))
+
+
+_SIZE_OPS = ("+", "-", "*", "//", "%")
+
+
+def _size_expression(b, node):
+    """The statement as a size computed once, in Python, by the factory and the reference, when it is
+    integer arithmetic (+ - * // %) of integer params, static dims, integer literals and earlier such
+    sizes, with at least one `//` or `%` (TileKernels' per-rank counts: `n // num_ep_ranks`); else None.
+    Earlier sizes are substituted, so the expression names params and dims only."""
+    def walk(n):
+        if isinstance(n, E.Num):
+            return n if isinstance(n.value, int) and not isinstance(n.value, bool) else None
+        if isinstance(n, E.Name):
+            if n.id in b.sizes:
+                return b.sizes[n.id]
+            p, d = b.spec.params.get(n.id), b.spec.dims.get(n.id)
+            ok = (p is not None and p.range is not None) or (d is not None and not d.dynamic)
+            return n if ok else None
+        if isinstance(n, E.Unary) and n.op == "-":
+            a = walk(n.arg)
+            return None if a is None else E.Unary("-", a, n.col)
+        if isinstance(n, E.Binary) and n.op in _SIZE_OPS:
+            lhs, rhs = walk(n.lhs), walk(n.rhs)
+            return None if lhs is None or rhs is None else E.Binary(n.op, lhs, rhs, n.col)
+        return None
+    def divides(n):
+        return isinstance(n, E.Binary) and (n.op in ("//", "%") or divides(n.lhs) or divides(n.rhs))
+    out = walk(node)
+    return out if out is not None and (divides(node) or E.names(node) & set(b.sizes)) else None
 
 
 def unary(b, idx, node, a):
@@ -69,6 +104,8 @@ def binary(b, idx, node, lhs, rhs):
     if o == "/" and lhs.dtype in INTS:
         b.fail(idx, "'/' divides floats; integers divide with '//' (floor) and '%'", node)
     if o in ("//", "%", "<<", ">>"):
+        if lhs.dtype not in INTS and rhs.dtype not in INTS:
+            lhs, rhs = _integral(b, lhs), _integral(b, rhs)
         if lhs.dtype not in INTS or rhs.dtype != lhs.dtype:
             b.fail(idx, f"operator {o!r} takes integers, found {lhs.dtype} and {rhs.dtype}", node)
         if o in ("<<", ">>"):
@@ -82,6 +119,16 @@ def binary(b, idx, node, lhs, rhs):
         return op(_BINOPS[o], lhs, rhs)
     except (TypeError, KeyError) as e:
         b.fail(idx, f"operator {o!r}: {e}", node)
+
+
+def _integral(b, e):
+    """An integer param, a static dim or an integer literal as an i32 operand: `n // num_ranks` of two
+    params is integer arithmetic (their operands' IR is f32 until an integer operand meets them)."""
+    if isinstance(e, ir.Var) and e.dtype == ir.F32 and e.name in b.scalars and b.integral(e.name):
+        return ir.Var(e.name, I32)
+    if isinstance(e, ir.Const) and e.dtype == ir.F32 and float(e.value).is_integer() and abs(e.value) < 2 ** 31:
+        return ir.Const(int(e.value), I32)
+    return e
 
 
 def _divide(o, a, d):
