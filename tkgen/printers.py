@@ -206,7 +206,7 @@ class TorchPrinter:
         if o in ("exp", "log", "log1p", "rsqrt"):
             return f"_{o}({a[0]})"          # mirrors the target's math library (torch_prims)
         if o == "sqrt":
-            return f"torch.sqrt({a[0]})"
+            return f"_sqrt({a[0]})"          # correctly rounded on every device (torch_prims)
         if o == "bits":
             return f"_bits({a[0]})"
         if o == "from_bits":
