@@ -197,3 +197,9 @@ def test_top2_sum_gate_against_a_sort(scoring, groups, topk_groups, tp):
     torch.testing.assert_close(w, want_w.float(), rtol=1e-5, atol=1e-8)
     with pytest.raises(NotImplementedError, match="use_shared_as_routed"):
         tk1.moe.top2_sum_gate(logits, bias, k, 0, 0, True, 1, rsf, 0, 4, 0, 1, scoring)
+
+
+def test_reference_sqrt_is_correctly_rounded():
+    from tkgen.runtime.torch_prims import _sqrt
+    x = torch.cat([torch.tensor([0.6931471824645996, 0.04858735203742981]), torch.rand(4096, generator=g) * 100])
+    assert torch.equal(_sqrt(x), torch.sqrt(x.double()).float())

@@ -104,8 +104,6 @@ def binary(b, idx, node, lhs, rhs):
     if o == "/" and lhs.dtype in INTS:
         b.fail(idx, "'/' divides floats; integers divide with '//' (floor) and '%'", node)
     if o in ("//", "%", "<<", ">>"):
-        if lhs.dtype not in INTS and rhs.dtype not in INTS:
-            lhs, rhs = _integral(b, lhs), _integral(b, rhs)
         if lhs.dtype not in INTS or rhs.dtype != lhs.dtype:
             b.fail(idx, f"operator {o!r} takes integers, found {lhs.dtype} and {rhs.dtype}", node)
         if o in ("<<", ">>"):
@@ -119,16 +117,6 @@ def binary(b, idx, node, lhs, rhs):
         return op(_BINOPS[o], lhs, rhs)
     except (TypeError, KeyError) as e:
         b.fail(idx, f"operator {o!r}: {e}", node)
-
-
-def _integral(b, e):
-    """An integer param, a static dim or an integer literal as an i32 operand: `n // num_ranks` of two
-    params is integer arithmetic (their operands' IR is f32 until an integer operand meets them)."""
-    if isinstance(e, ir.Var) and e.dtype == ir.F32 and e.name in b.scalars and b.integral(e.name):
-        return ir.Var(e.name, I32)
-    if isinstance(e, ir.Const) and e.dtype == ir.F32 and float(e.value).is_integer() and abs(e.value) < 2 ** 31:
-        return ir.Const(int(e.value), I32)
-    return e
 
 
 def _divide(o, a, d):
