@@ -288,6 +288,33 @@ def test_norm(with_residual):
     assert torch.equal(acc, 1 + want_wg)
 
 
+def test_moe_gates_and_helpers():
+    """TileKernels' MoE tests: the out=/scores= forms bitwise equal to the allocating ones, the release's
+    normalize_weight, and the first release's helpers on their ops."""
+    logits, w = randn(T, 72, dtype=torch.float32), torch.rand(T, 6, generator=g)
+    mask = torch.arange(T) % 5 != 0
+    idx, wt = tk.moe.moe_topk_gate_forward(logits, 6, True, 2, 1.5, 0, mask=mask)
+    out = (torch.empty_like(idx), torch.empty_like(wt))
+    scores, unmapped = torch.empty(T, 72), torch.empty(T, 6, dtype=torch.int64)
+    assert tk.moe.moe_topk_gate(logits, 6, True, 2, 1.5, 0, mask=mask, out=out, scores=scores,
+                                unmapped_topk_idx=unmapped) is out
+    same(out, (idx, wt))
+    same((idx, wt, scores), ops.moe_topk_gate_forward(logits, 6, 8, mask=mask.to(torch.int32),
+                                                      routed_scaling_factor=1.5))
+    same(unmapped, idx[:, :6].contiguous())
+    grad = tk.moe.moe_topk_gate_backward(scores, unmapped, wt[:, :6].contiguous(), w, 1.5)
+    same(grad, ops.moe_topk_gate_backward(scores, unmapped, wt[:, :6].contiguous(), w, 1.5))
+    same(tk.moe.normalize_weight(w), ops.normalize_weight(w))
+    same(tk1.moe.normalize_weight(w), ops.normalize_weight_sequential(w))
+    ids = torch.randint(-1, 72, (T, 6), generator=g)
+    same(tk1.moe.group_count(ids, 72), ops.group_count(ids, 72))
+    same(tk1.moe.mask_indices_by_tp(ids, 72, 4, 1, 2), ops.mask_indices_by_tp(ids, 72, 4, 1, 2))
+    same(tk1.moe.topk_sum_and_topk_group_idx(logits.view(T, 8, 9), 2, 4),
+         ops.topk_sum_and_topk_group_idx(logits.view(T, 8, 9), 2, 4))
+    with pytest.raises(NotImplementedError, match="moe_topk_gate_forward with to_physical_map"):
+        tk.moe.moe_topk_gate_forward(logits, 6, False, 0, 1.5, 0, to_physical_map=ids, logical_count=ids[0])
+
+
 def test_topk_gate_and_transpose():
     scores = randn(T, 72, dtype=torch.float32)
     same(tk.moe.topk_gate(scores, 6), ops.topk_gate(scores, 6))

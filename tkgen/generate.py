@@ -276,6 +276,19 @@ def docstring(catalog, spec) -> str:
     return docstring_literal("\n    ".join(line.replace('"""', "'''") for line in lines))
 
 
+def _drawing_order(params):
+    """The params in declaration order, except that a range param is drawn after the params its range
+    names (`tp_rank: {range: [0, num_tp_ranks - 1]}` declared before `num_tp_ranks`)."""
+    done, out, todo = set(), [], list(params.values())
+    while todo:
+        p = next((p for p in todo if p.range is None or
+                  all(n in done or n not in params for r in p.range for n in E.names(r))), todo[0])
+        todo.remove(p)
+        done.add(p.name)
+        out.append(p)
+    return out
+
+
 def strategies_module(catalog, spec, header):
     steps = []
     for d in spec.dims.values():
@@ -285,7 +298,7 @@ def strategies_module(catalog, spec, header):
         vals = [v for v in d.test_values if v >= d.min and (d.max is None or v <= d.max)] or \
                list(range(max(1, d.min), min(d.max or 64, 64) + 1))
         steps.append(dict(kind="choices", name=d.name, options=[repr(v) for v in vals]))
-    for p in spec.params.values():
+    for p in _drawing_order(spec.params):
         if p.kind == "float":
             steps.append(dict(kind="choices", name=p.name,
                               options=(["None"] if p.optional else []) + [repr(v) for v in p.test_values]))

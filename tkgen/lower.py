@@ -354,10 +354,22 @@ class Lowering:
         dynamic = ((P.sym(spec.dynamic_dim),) if spec.dynamic_dim else ()) + \
             tuple(f"n_{n}" for n, s in self.sigs.items() if s.at and s.present)
         keep = self.bufs[p.keep.name].name if p.keep is not None else None
+        sizes = tuple((P.sym(n), e) for n, e in p.sizes.items())
+        dtypes = {n: s.dtypes for n, s in self.sigs.items() if s.role == "input" and s.multi and not s.like}
+        for n, e in p.sizes.items():
+            for d in _divisors(e):
+                self.checks.append((E.Binary("!=", d, E.Num(0)), f"{n} divides by {E.to_source(d)}, which is 0"))
         return kir.Module(spec.name, spec.variant_name(self.variant), dict(self.axes), self.tensor_args(),
                           (kir.Kernel("main", tuple(self.body)),), dims, dtype_args, dynamic, tuple(self.checks),
-                          keep=keep, meta={"helpers": set(self.helpers), "sigs": self.sigs, "dtypes": {
-                              n: s.dtypes for n, s in self.sigs.items() if s.role == "input" and s.multi and not s.like}})
+                          keep=keep, meta={"helpers": set(self.helpers), "sigs": self.sigs, "dtypes": dtypes,
+                                           "sizes": sizes})
+
+
+def _divisors(e):
+    """The divisors of the `//` and `%` in a size expression."""
+    if isinstance(e, E.Binary):
+        return ([e.rhs] if e.op in ("//", "%") else []) + _divisors(e.lhs) + _divisors(e.rhs)
+    return _divisors(e.arg) if isinstance(e, E.Unary) else []
 
 
 def lower_program(catalog, spec, variant, program) -> kir.Module:

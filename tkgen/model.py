@@ -535,7 +535,8 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
                 raise doc.error(base + ("values", "range"), "`range` draws the values of an integer input")
             for i, r in enumerate(rng):
                 _check_names(doc, base + ("values", "range", i), _parse(doc, base + ("values", "range", i), str(r)),
-                             set(dims), "a range of values")
+                             set(dims) | {n for n, p in params.items() if p.range is not None},
+                             "a range of values")
         if "at" in t and (t["at"] not in d["inputs"] or t["at"] == name):
             raise doc.error(base + ("at",), f"`at` names an integer input holding positions; inputs are {listing(d['inputs'])}")
         if "at" in t and not set(t) & {"dtype", "dtypes"} and not ("view" in t and "like" in t):

@@ -303,6 +303,7 @@ class KernelPrinter:
                 pre.append(f"threads = fit_threads(threads, {tile}, tile_elems)")
         for cond, msg in m.checks:
             pre += [f"if not ({P.py_expr(cond)}):", f"    raise ValueError({msg!r})"]
+        pre += [f"{n} = {P.py_expr(e, tl=False)}" for n, e in m.meta.get("sizes", ())]
         for n in m.dtype_args:
             table = {dt: storage(self.catalog, self.arch, dt) for dt in m.meta["dtypes"][n]}
             pre.append(f"STORAGE_{n} = {table!r}[{n}_dtype]")

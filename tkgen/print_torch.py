@@ -189,6 +189,9 @@ class ReferencePrinter:
                              f"{self.shape(st.axes)}))")
                 return lines
             self.defined.add(b.name)
+            if b.name in self.updated_in_place():
+                # its slices are rewritten later: its own storage, not a view of the value it starts from
+                return [f"{ind}{b.name} = _fit({value}, {self.shape(b.axes)}).clone()"]
             return [f"{ind}{b.name} = _fit({value}, {self.shape(b.axes)})"]
         if isinstance(st, kir.Store):
             return self.store(st, ind)
@@ -214,6 +217,11 @@ class ReferencePrinter:
                 lines += self.statement(sub, ind + "    ")
             return lines
         raise TypeError(st)
+
+    def updated_in_place(self) -> set:
+        """Buffers that a Compute writes one slice of (`at`)."""
+        return {st.dst.name for k in self.m.kernels for st in kir.statements(k.body)
+                if isinstance(st, kir.Compute) and st.at}
 
     def store(self, st: kir.Store, ind) -> List[str]:
         self.axes = st.axes
@@ -275,6 +283,7 @@ class ReferencePrinter:
                 lines.append(f"n_{tname} = {tname}.numel()" if sig.flat else f"n_{tname} = {tname}.shape[0]")
         for a, ax in self.m.axes.items():
             lines.append(f"N_{a} = {P.py_expr(ax.extent, tl=False)}")
+        lines += [f"{n} = {P.py_expr(e, tl=False)}" for n, e in self.m.meta.get("sizes", ())]
         return lines
 
     def device_of(self) -> str:

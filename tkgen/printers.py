@@ -198,13 +198,15 @@ class TorchPrinter:
         if o == "isnan":
             return f"torch.isnan({a[0]})"
         if o == "select":
+            if _python_value(e.args[0]):      # a condition on params and sizes: a Python bool
+                return f"({a[1]} if {a[0]} else {a[2]})"
             return f"torch.where({a[0]}, {a[1]}, {a[2]})"
         if o == "fma":
             return f"_fma({a[0]}, {a[1]}, {a[2]})"
         if o in ("exp", "log", "log1p", "rsqrt"):
             return f"_{o}({a[0]})"          # mirrors the target's math library (torch_prims)
         if o == "sqrt":
-            return f"torch.sqrt({a[0]})"
+            return f"_sqrt({a[0]})"          # correctly rounded on every device (torch_prims)
         if o == "bits":
             return f"_bits({a[0]})"
         if o == "from_bits":
@@ -231,3 +233,10 @@ def function_lines(fn: ir.Function, printer) -> list:
     lines = [f"{name} = {printer(e)}" for name, e in fn.lets]
     lines.append(f"return {printer(fn.result)}")
     return lines
+
+
+def _python_value(e) -> bool:
+    """Whether an expression is of constants, sizes and params alone (a Python number in the reference)."""
+    if isinstance(e, (ir.Scalar, ir.Const, ir.Size)):
+        return True
+    return isinstance(e, ir.Op) and all(_python_value(a) for a in e.args)

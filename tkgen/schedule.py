@@ -105,7 +105,7 @@ def plan_tiles(module: kir.Module, spec, program, arch, sched):
                 continue
             n_ = E.Name(f"N_{name}")
             if kind == "whole":
-                padded = arch.pad_reduced and name in program.whole_axes and name not in counted
+                padded = arch.pad_reduced and name in program.whole_axes
                 # warp reductions want a power-of-two extent; the padding is never loaded or stored
                 tiles.append((name, kir.Tile(P.call("pad_pow2", n_) if padded else n_, False, padded)))
                 continue

@@ -190,9 +190,19 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
         if dims[name] < lo or (hi is not None and dims[name] > hi):
             bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
             raise ValueError(f"{op.name}: size {name} must be {bound}, got {dims[name]}")
-    for p in op.params:
-        if not p.structural:
-            _check_param(op, p, params[p.name], dims)
+    # a range may name a param declared after it (`tp_rank` in [0, num_tp_ranks - 1]): checked once that
+    # param is; a pass that checks none means ranges naming each other, and the KeyError is raised
+    pending = [p for p in op.params if not p.structural]
+    while pending:
+        deferred = []
+        for p in pending:
+            try:
+                _check_param(op, p, params[p.name], dims)
+            except KeyError:
+                deferred.append(p)
+        if len(deferred) == len(pending):
+            raise KeyError(f"{op.name}: the ranges of {', '.join(p.name for p in deferred)} name each other")
+        pending = deferred
     for info in op.inputs:
         if tensors[info.name] is None:
             continue

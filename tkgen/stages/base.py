@@ -80,6 +80,7 @@ class Program:
     keep: Value = None                             # keep_rows: the rows that are written (None: every row)
     at: Dict[str, str] = field(default_factory=dict)   # output addressed `at:` positions -> the positions' value
     counts: set = field(default_factory=set)       # values summed over every block: counts and joins of them
+    sizes: dict = field(default_factory=dict)      # integer values of params and dims: name -> spec expression
 
     def accumulated(self, dyn_axis) -> set:
         """Outputs that every block adds into, so they start at 0: sums over the dynamic axis, counts, and

@@ -79,6 +79,7 @@ class Builder:
         self.partials = set()        # reductions over the rows: each block's part, added into an output
         self.assigned = {}           # value name -> the compute statement that assigns it
         self.at = {}
+        self.sizes: Dict[str, E.Node] = {}   # integer values of params and dims, computed in Python
 
     # -- errors and arguments ---------------------------------------------------------------------------
     def fail(self, idx, msg, node=None):
@@ -143,6 +144,15 @@ class Builder:
         del self.values[name]
         self.consts[name] = e
 
+    def size(self, idx, name, node):
+        """A value computed once from params and dims (tkgen/stages/elementwise.py: _size_expression): an
+        i32 scalar that the factory and the reference compute in Python."""
+        self.define(idx, name, (), ir.I32)       # checks the name
+        del self.values[name]
+        self.sizes[name] = node
+        self.scalars[name] = "size"
+        self.consts[name] = ir.Var(name, ir.I32)
+
     def add(self, idx, step: Step) -> Step:
         object.__setattr__(step, "stage_index", idx)    # where errors of its lowering point
         self.steps.append(step)
@@ -194,6 +204,9 @@ class Builder:
         if isinstance(node, E.Unary):
             return unary(self, idx, node, self.elementwise(idx, node.arg, axes))
         if isinstance(node, E.Binary):
+            picked = self.variant_test(idx, node)
+            if picked is not None:
+                return picked
             return binary(self, idx, node, *self.operands(idx, (node.lhs, node.rhs), axes))
         if isinstance(node, E.Call):
             if node.fn in STAGES:
@@ -210,6 +223,19 @@ class Builder:
             except TypeError as e:
                 self.fail(idx, f"{node.fn}: {e}", node)
         self.fail(idx, f"unsupported expression {E.to_source(node)!r}", node)
+
+    def variant_test(self, idx, node):
+        """`p == 'v'` or `p != 'v'` of a structural param p: a constant of the variant, so that
+        `where(scoring == 'sigmoid', ..., ...)` keeps one branch (the other, and what only it reads, is
+        pruned). None for any other expression."""
+        if node.op not in ("==", "!=") or not any(isinstance(x, E.Str) for x in (node.lhs, node.rhs)):
+            return None
+        name, text = (node.lhs, node.rhs) if isinstance(node.rhs, E.Str) else (node.rhs, node.lhs)
+        p = self.spec.params.get(name.id) if isinstance(name, E.Name) else None
+        if p is None or not p.structural or p.boolean or text.value not in p.choices:
+            self.fail(idx, f"a string compares with a structural param, as one of its values: "
+                           f"{E.to_source(node)!r}", node)
+        return ir.Const((self.variant[p.name] == text.value) == (node.op == "=="), ir.BOOL)
 
     def name(self, idx, node, axes):
         """A name in an expression: a value, a constant, a param or a static dim, or `inf` (float32 +inf)."""
@@ -321,7 +347,7 @@ class Builder:
             outputs[name] = v
         self.prune(outputs)
         return Program(self.values, self.steps, outputs, self.whole, self.scalars, self.rounds, self.keep, self.at,
-                       self.counts & set(self.values))
+                       self.counts & set(self.values), self.sizes)
 
 
 def _store_problem(t, v):

@@ -47,9 +47,13 @@ def assign(b, idx, targets, node):
     folded) is inlined where it is used, and a value that folds to another value is another name for it."""
     if len(targets) != 1:
         b.fail(idx, "an elementwise expression produces one value")
+    name = targets[0]
+    size = _size_expression(b, node)
+    if size is not None and name not in b.spec.outputs:
+        b.size(idx, name, size)
+        return
     e = ir.fold(b.elementwise(idx, node, set()))
     axes = b.axes_of(e)          # after folding: `a0 > inf or pad` may not vary at all
-    name = targets[0]
     if name not in b.spec.outputs and not axes:
         b.constant(idx, name, e)
         return
@@ -58,6 +62,36 @@ def assign(b, idx, targets, node):
         b.values[name] = b.values[e.name]     # another name for a value: no copy
     else:
         b.add(idx, Map(v, e))
+
+
+_SIZE_OPS = ("+", "-", "*", "//", "%")
+
+
+def _size_expression(b, node):
+    """The statement as a size computed once, in Python, by the factory and the reference, when it is
+    integer arithmetic (+ - * // %) of integer params, static dims, integer literals and earlier such
+    sizes, with at least one `//` or `%` (TileKernels' per-rank counts: `n // num_ep_ranks`); else None.
+    Earlier sizes are substituted, so the expression names params and dims only."""
+    def walk(n):
+        if isinstance(n, E.Num):
+            return n if isinstance(n.value, int) and not isinstance(n.value, bool) else None
+        if isinstance(n, E.Name):
+            if n.id in b.sizes:
+                return b.sizes[n.id]
+            p, d = b.spec.params.get(n.id), b.spec.dims.get(n.id)
+            ok = (p is not None and p.range is not None) or (d is not None and not d.dynamic)
+            return n if ok else None
+        if isinstance(n, E.Unary) and n.op == "-":
+            a = walk(n.arg)
+            return None if a is None else E.Unary("-", a, n.col)
+        if isinstance(n, E.Binary) and n.op in _SIZE_OPS:
+            lhs, rhs = walk(n.lhs), walk(n.rhs)
+            return None if lhs is None or rhs is None else E.Binary(n.op, lhs, rhs, n.col)
+        return None
+    def divides(n):
+        return isinstance(n, E.Binary) and (n.op in ("//", "%") or divides(n.lhs) or divides(n.rhs))
+    out = walk(node)
+    return out if out is not None and (divides(node) or E.names(node) & set(b.sizes)) else None
 
 
 def unary(b, idx, node, a):

@@ -169,3 +169,58 @@ class FoldStage(Stage):
         axes_out = [a for a in src.axes if a != axis] + [a for a in (factor.axes if factor else ()) if a != axis]
         out = b.define(idx, call.targets[0], axes_out, src.dtype)
         b.add(idx, Fold(out, kind.id, src, axis, init, bool(order) and order[0].id == "descending", factor))
+
+
+_LEVELS = 31               # offsets 2^30 .. 1: every extent an i32 axis may have
+
+
+@dataclass(frozen=True)
+class TreeSum(Step):
+    """The pairwise sum of an xor butterfly over `axis`: for each offset o, a power of two below the
+    extent N, from the largest down, s[i] = s[i] + s[i + o] for i < o, a partner past N skipped; the sum
+    is s[0]. A warp's shuffle-xor reduction computes this tree (lanes past N hold nothing), so kernel and
+    reference agree with it bit for bit."""
+
+    out: Value
+    src: Value
+    axis: str
+
+    def sources(self):
+        return {self.src.name}
+
+    def work(self, size, extent):
+        return size(self.src.axes)
+
+    def lower(self, lw):
+        """In a copy that every thread can read and write (shared memory on CUDA), level by level: for an
+        offset o at least N there is nothing to add, so a fixed 31 levels serve every extent, each adding
+        min(o, N - o) pairs."""
+        src = lw.bufs[self.src.name]
+        tree = kir.Buffer(f"{self.out.name}_tree", src.axes, src.dtype, "shared")
+        lw.emit(kir.Compute(tree, ir.Read(src.name, src.dtype)))
+        n = ir.Size(f"N_{self.axis}")
+        lvl, i = ir.Var(f"l_{self.axis}", I32), ir.Var(f"p_{self.axis}", I32)
+        offset = op("shl", ir.i32(1), op("sub", ir.i32(_LEVELS - 1), lvl))
+        pairs = op("max", op("min", offset, op("sub", n, offset)), ir.i32(0))
+
+        def at(pos):
+            return tuple(pos if a == self.axis else ir.Index(a, local=True) for a in src.axes)
+        step = kir.Compute(tree, op("add", ir.Read(tree.name, src.dtype, at(i)),
+                                    ir.Read(tree.name, src.dtype, at(op("add", i, offset)))), at=((self.axis, i),))
+        lw.emit(kir.Loop(lvl.name, ir.i32(_LEVELS), (kir.Loop(i.name, pairs, (step,)),)))
+        lw.emit(kir.Compute(lw.buffer(self.out), ir.Read(tree.name, src.dtype, at(ir.i32(0)))))
+
+
+@stage("tree_sum", args=("value", "axis"))
+class TreeSumStage(Stage):
+    """tree_sum(v, axis): the sum of an xor butterfly's pairwise tree (TreeSum), f32."""
+
+    def build(self, b, call, src, axis):
+        idx = call.index
+        if axis not in src.axes:
+            b.fail(idx, f"{src.name!r} does not vary over axis {axis!r}", call.args[1])
+        if src.dtype != F32:
+            b.fail(idx, f"tree_sum adds float values, found {src.dtype}", call.args[0])
+        b.whole_axis(idx, axis, "tree_sum", call.args[1])
+        out = b.define(idx, call.targets[0], [a for a in src.axes if a != axis], src.dtype)
+        b.add(idx, TreeSum(out, src, axis))

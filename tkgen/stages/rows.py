@@ -37,9 +37,10 @@ class KeepRows(Stage):
 
 @dataclass(frozen=True)
 class Count(Step):
-    out: Value                 # i32 over no axes: this block's part of a count over every block
+    out: Value                 # i32 over the kept axes: this block's part of a count over every block
     expr: ir.Expr              # bool over `axes`
     axes: Tuple[str, ...]
+    kept: Tuple[str, ...] = ()  # axes not counted over: one counter per index (the bins of a histogram)
 
     def sources(self):
         return ir.var_names(self.expr)
@@ -49,24 +50,37 @@ class Count(Step):
 
     def lower(self, lw):
         """This op's count of the elements where a condition holds (rows outside the tensor, rows not kept
-        and padding count nothing): 1/0 in an int32 tile, reduced over its axes one at a time (last
-        first). Each block adds its count into the output (the store accumulates)."""
+        and padding count nothing): 1/0 in an int32 tile, reduced over its counted axes one at a time
+        (last first). Each block adds its counts into the output (the store accumulates: integer atomics,
+        so the total is exact and the same in any order)."""
         ones = kir.Buffer(f"{self.out.name}_ones", self.axes, I32)
         cond = ir.conj(lw.row_guard(self.axes), lw.convert(self.expr))
         lw.emit(kir.Compute(ones, op("select", cond, ir.i32(1), ir.i32(0))))
         axes, src = list(self.axes), ones
-        while axes:
-            axis = axes.pop()
-            dst = kir.Buffer(f"{self.out.name}_by_{axes[-1]}", tuple(axes), I32) if axes else lw.buffer(self.out)
+        counted = [a for a in self.axes if a not in self.kept]
+        while counted:
+            axis = counted.pop()
+            axes.remove(axis)
+            dst = kir.Buffer(f"{self.out.name}_by_{axes[-1]}", tuple(axes), I32) if counted else \
+                lw.buffer(self.out)
             lw.emit(kir.Reduce(dst, src, axis, "sum"))
             src = dst
         if not self.axes:
             lw.emit(kir.Compute(lw.buffer(self.out), ir.i32(0)))
 
 
-@stage("count")
+@stage("count", args=("node", "axis*"))
 class CountStage(Stage):
-    def build(self, b, call, node):
+    """count(c) counts over every element; count(c, a, ...) keeps the axes a, ...: one count per index of
+    them (a histogram: `count(ids == iota(e), e)` counts each expert's ids)."""
+
+    def kinds(self, n):
+        return ("node",) + ("axis",) * (n - 1) if n >= 1 else None
+
+    def arity_problem(self, fn, n):
+        return None if n >= 1 else "count(c, axes...) takes a condition and the axes it keeps"
+
+    def build(self, b, call, node, *kept):
         idx = call.index
         axes = set()         # those of the condition as written: folded to a constant, it counts 0 there
         cond = ir.fold(b.elementwise(idx, node, axes))
@@ -74,9 +88,15 @@ class CountStage(Stage):
             b.fail(idx, "count(c) counts where a condition holds: c must be a comparison", node)
         if next(iter(b.spec.axes)) not in axes:
             b.fail(idx, "count(c): c must vary over the rows (each block counts its own elements)", node)
-        out = b.define(idx, call.targets[0], (), I32)
+        for i, a in enumerate(kept):
+            if a not in axes or a in kept[:i] or a == b.rows:
+                b.fail(idx, f"count(c, ...): each axis kept is one the condition varies over, once, and not the "
+                            f"rows ({a!r})", call.args[i + 1])
+        if kept:             # a histogram's axes are held whole, padded to a power of two on CUDA: the others
+            b.whole |= axes - {b.rows}                # are reduced in the block, its bins a tile of their own
+        out = b.define(idx, call.targets[0], kept, I32)
         b.counts.add(out.name)
-        b.add(idx, Count(out, cond, order(b.spec, axes)))
+        b.add(idx, Count(out, cond, order(b.spec, axes), order(b.spec, kept)))
 
 
 @stage("join", args=("node", "node*", "axis"))

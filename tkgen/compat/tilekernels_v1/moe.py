@@ -1,10 +1,76 @@
 """`tile_kernels.moe` of TileKernels' first release, on tkgen's kernels."""
-from .._common import missing
+from __future__ import annotations
+
+import torch
+
+from .._common import missing, need, ops
 from .._moe_layout import expand_to_fused, expand_to_fused_with_sf, reduce_fused  # noqa: F401
 from ..tilekernels.moe import topk_gate  # noqa: F401  (the same signature)
 
-_MISSING = ["get_fused_mapping", "inplace_unique_group_indices", "aux_fi", "group_count", "mask_indices_by_tp", "normalize_weight",
-            "top2_sum_gate", "topk_sum_and_topk_group_idx"]
+_MAX_K = 64        # mask_indices_by_tp's indices per row in one kernel (more are taken one per row)
+
+
+def normalize_weight(topk_weights):
+    """(denominator [T], normalized [T, K]): 1e-20 + w[0] + w[1] + ... in order, and w / denominator."""
+    return ops().normalize_weight_sequential(topk_weights)
+
+
+def mask_indices_by_tp(indices, n: int, num_ep_ranks: int, tp_rank: int, num_tp_ranks: int):
+    """The indices of every EP rank mapped to this TP rank's experts (-1 where another rank has them), in
+    the dtype and shape of `indices` (int32 is taken as int64 and back: the values fit)."""
+    rows = indices.reshape(-1, indices.shape[-1]) if indices.dim() and indices.shape[-1] <= _MAX_K \
+        else indices.reshape(-1, 1)
+    out = ops().mask_indices_by_tp(rows.to(torch.int64).contiguous(), n, num_ep_ranks, tp_rank, num_tp_ranks)
+    return out.to(indices.dtype).reshape(indices.shape)
+
+
+def group_count(group_idx, num_groups: int):
+    """int32 [num_groups]: how many entries of group_idx [T, K] hold each group (negative ones count nothing)."""
+    return ops().group_count(group_idx, num_groups)
+
+
+def aux_fi(topk_idx, num_experts: int, num_aux_topk: int):
+    """float32 [num_experts]: count[e] * num_experts / (T * num_aux_topk), from the exact counts of
+    group_count (TileKernels adds per-block float shares atomically, in no fixed order); zeros for T = 0."""
+    count = ops().group_count(topk_idx, num_experts)
+    tokens = topk_idx.shape[0]
+    if tokens == 0:
+        return torch.zeros(num_experts, dtype=torch.float32, device=topk_idx.device)
+    return count.to(torch.float32) * num_experts / (tokens * num_aux_topk)
+
+
+def topk_sum_and_topk_group_idx(scores, num_topk_sum: int, num_topk_groups: int):
+    """int64 [T, num_topk_groups]: the best groups of scores [T, G, E_pg], a group scoring the sum of its
+    num_topk_sum largest scores; ties to the smaller group index."""
+    return ops().topk_sum_and_topk_group_idx(scores, num_topk_sum, num_topk_groups)
+
+
+def top2_sum_gate(logits, bias, num_topk: int, num_topk_groups: int, num_groups: int, use_shared_as_routed: bool,
+                  num_shared_experts: int, routed_scaling_factor: float, ep_rank: int, num_ep_ranks: int, tp_rank: int,
+                  num_tp_ranks: int, scoring_func: str, mask=None, fix_routing_mask=None, to_physical_map=None,
+                  logical_count=None, unmapped_topk_idx=None):
+    """(topk_idx int64 [T, num_topk], topk_weights float32 [T, num_topk]): grouped routing by the sum of each
+    group's two largest biased scores, then the EP/TP remap of the selection (written, before the remap, to
+    `unmapped_topk_idx` when given). Shared experts as routed slots need a physical map (TileKernels
+    requires num_shared_experts <= its extra duplicates), which tkgen does not have; ep_rank is used only
+    by that map."""
+    name = "moe.top2_sum_gate"
+    assert scoring_func in ("sigmoid", "sqrtsoftplus", "softmax"), f"{name}: unsupported scoring {scoring_func!r}"
+    need(to_physical_map is None and logical_count is None, name, "with to_physical_map")
+    need(not use_shared_as_routed, name, "with use_shared_as_routed (it needs to_physical_map)")
+    need(fix_routing_mask is None, name, "with fix_routing_mask")
+    assert (num_groups == 0) == (num_topk_groups == 0), "num_groups and num_topk_groups are both 0 or both > 0"
+    routed = None if mask is None else mask.to(torch.int32)
+    idx, weights, unmapped = ops().top2_sum_gate(
+        logits.contiguous(), bias, num_topk, num_groups or 1, num_topk_groups or 1, num_ep_ranks, tp_rank,
+        num_tp_ranks, mask=routed, scoring=scoring_func, routed_scaling_factor=routed_scaling_factor)
+    if unmapped_topk_idx is not None:
+        unmapped_topk_idx.copy_(unmapped)
+    return idx, weights
+
+
+_MISSING = ["get_fused_mapping", "inplace_unique_group_indices"]
 globals().update({n: missing(f"moe.{n}", "1.0") for n in _MISSING})
 
-__all__ = _MISSING + ["expand_to_fused", "expand_to_fused_with_sf", "reduce_fused", "topk_gate"]
+__all__ = _MISSING + ["aux_fi", "expand_to_fused", "expand_to_fused_with_sf", "group_count", "mask_indices_by_tp",
+                      "normalize_weight", "reduce_fused", "top2_sum_gate", "topk_gate", "topk_sum_and_topk_group_idx"]

@@ -1,0 +1,205 @@
+"""The MoE gating and routing helpers of issue 12 that need no row scatter (mask_indices_by_tp,
+normalize_weight in both releases' numerics, topk_sum_and_topk_group_idx, group_count, aux_fi): each CPU
+kernel, through tkgen.ops or the compat layers, against an oracle written here without tkgen (a warp
+butterfly simulated lane by lane, bincount, a stable sort), plus the invariants of a count."""
+import numpy as np
+import pytest
+import torch
+
+import tkgen.compat.tilekernels as tk
+import tkgen.compat.tilekernels_v1 as tk1
+import tkgen.ops as ops
+
+g = torch.Generator().manual_seed(12)
+
+
+def same_bits(a, b):
+    assert a.dtype == b.dtype and a.shape == b.shape
+    if a.dtype == torch.float32:
+        a, b = a.view(torch.int32), b.view(torch.int32)
+    assert torch.equal(a, b)
+
+
+def butterfly_sum(row):
+    """What lane 0 holds after a warp's shuffle-xor sum (offsets 16 .. 1) of len(row) lanes, a partner
+    lane that holds no weight skipped, in float32."""
+    lanes = [np.float32(v) for v in row] + [None] * (32 - len(row))
+    for off in (16, 8, 4, 2, 1):
+        lanes = [a if a is None or lanes[i ^ off] is None else np.float32(a + lanes[i ^ off])
+                 for i, a in enumerate(lanes)]
+    return lanes[0]
+
+
+@pytest.mark.parametrize("k", [3, 8])
+def test_normalize_weight_numerics_of_both_releases(k):
+    w = torch.rand(9, k, generator=g) * torch.tensor(2.0) ** torch.randint(-20, 20, (9, k), generator=g)
+    w[0] = 0.0
+    den, out = tk.moe.normalize_weight(w)
+    want = torch.tensor([butterfly_sum(r.tolist()) + np.float32(1e-20) for r in w], dtype=torch.float32)
+    same_bits(den, want)
+    same_bits(out, w / want[:, None])
+    den1, out1 = tk1.moe.normalize_weight(w)
+    seq = []
+    for r in w.tolist():
+        acc = np.float32(1e-20)
+        for v in r:
+            acc = np.float32(acc + np.float32(v))
+        seq.append(acc)
+    seq = torch.tensor(seq, dtype=torch.float32)
+    same_bits(den1, seq)
+    same_bits(out1, w / seq[:, None])
+    if k == 8:
+        assert not torch.equal(den, den1)       # the two trees differ on these weights
+
+
+def mask_oracle(v, n, ep, tp_rank, tp):
+    per_gpu, per_dp = n // ep, tp * (n // ep)
+    if v < 0 or (v // per_gpu) % tp != tp_rank:
+        return -1
+    v -= tp_rank * per_gpu
+    v -= v // per_dp * (per_dp - per_gpu)
+    return v if v >= 0 else -1
+
+
+@pytest.mark.parametrize("tp, dtype", [(2, torch.int64), (4, torch.int32)])
+def test_mask_indices_by_tp(tp, dtype):
+    n, ep = 64, 4
+    idx = torch.randint(-1, n, (11, 6), generator=g).to(dtype)
+    for rank in (0, tp - 1):
+        got = tk1.moe.mask_indices_by_tp(idx, n, ep, rank, tp)
+        want = torch.tensor([[mask_oracle(int(v), n, ep, rank, tp) for v in r] for r in idx.tolist()], dtype=dtype)
+        same_bits(got, want)
+        kept = got[got >= 0]
+        assert kept.numel() == sum(mask_oracle(int(v), n, ep, rank, tp) >= 0 for v in idx.flatten())
+        assert kept.numel() == 0 or int(kept.max()) < n // tp           # each TP rank sees its share of the experts
+
+
+def test_group_count_and_aux_fi():
+    t, k, e = 37, 6, 72
+    idx = torch.randint(-1, e, (t, k), generator=g)
+    idx[3] = -1
+    count = tk1.moe.group_count(idx, e)
+    want = torch.bincount(idx[idx >= 0], minlength=e).to(torch.int32)
+    same_bits(count, want)
+    assert int(count.sum()) == int((idx >= 0).sum())         # every routed slot counted once
+    same_bits(tk1.moe.group_count(idx, 8), torch.bincount(idx[(idx >= 0) & (idx < 8)], minlength=8).to(torch.int32))
+    f = tk1.moe.aux_fi(idx, e, 2)
+    same_bits(f, want.to(torch.float32) * e / (t * 2))
+    empty = idx[:0]
+    same_bits(tk1.moe.group_count(empty, e), torch.zeros(e, dtype=torch.int32))
+    same_bits(tk1.moe.aux_fi(empty, e, 2), torch.zeros(e, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("topk_sum", [1, 2])
+def test_topk_sum_and_topk_group_idx(topk_sum):
+    t, groups, per = 13, 8, 9
+    scores = torch.randn(t, groups, per, generator=g)
+    scores[0] = 0.5                                           # every group ties: the smaller index first
+    got = tk1.moe.topk_sum_and_topk_group_idx(scores, topk_sum, 4)
+    group_score = scores.topk(topk_sum, dim=-1).values.sum(-1)
+    want = group_score.sort(dim=-1, descending=True, stable=True).indices[:, :4]
+    same_bits(got, want)
+    assert got[0].tolist() == [0, 1, 2, 3]
+
+
+def test_ranges_name_params_declared_after_them():
+    idx = torch.zeros(2, 1, dtype=torch.int64)
+    with pytest.raises(ValueError, match="tp_rank"):
+        ops.mask_indices_by_tp(idx, 8, 2, 2, 2)               # tp_rank outside [0, num_tp_ranks - 1]
+    with pytest.raises(ValueError, match="num_ep_ranks"):
+        ops.mask_indices_by_tp(idx, 8, 9, 0, 2)               # more EP ranks than experts
+
+
+def gate_oracle(logits, k, shared, rsf, mask, bias):
+    """TileKernels 2.1.0's gate in float64 (selection by a stable sort of the float32 biased scores)."""
+    u = torch.nn.functional.softplus(logits.double()).sqrt()
+    key = u.float() + (bias if bias is not None else 0.0)
+    sel = key.sort(dim=-1, descending=True, stable=True).indices[:, :k]
+    picked = u.gather(1, sel)
+    w = picked / (picked.sum(-1, keepdim=True) + 1e-20) * rsf
+    t, e = logits.shape
+    idx = torch.cat([sel, (e + torch.arange(shared)).expand(t, shared)], 1)
+    w = torch.cat([w, torch.ones(t, shared, dtype=w.dtype)], 1)
+    idx[~mask], w[~mask], u[~mask] = -1, 0.0, 0.0
+    return idx, w, u
+
+
+@pytest.mark.parametrize("shared, with_bias", [(0, False), (2, True)])
+def test_moe_topk_gate_forward_against_float64(shared, with_bias):
+    t, e, k = 10, 36, 6
+    logits = torch.randn(t, e, generator=g)
+    bias = torch.randn(e, generator=g) * 0.1 if with_bias else None
+    mask = torch.ones(t, dtype=torch.bool)
+    mask[[2, 7]] = False
+    u_out, unmapped = torch.empty(t, e), torch.empty(t, k, dtype=torch.int64)
+    idx, w = tk.moe.moe_topk_gate_forward(logits, k, shared > 0, shared, 1.5, 0, mask=mask, bias=bias,
+                                           scores=u_out, unmapped_topk_idx=unmapped)
+    want_idx, want_w, want_u = gate_oracle(logits, k, shared, 1.5, mask, bias)
+    assert torch.equal(idx, want_idx) and torch.equal(unmapped, want_idx[:, :k])
+    torch.testing.assert_close(w, want_w.float(), rtol=1e-5, atol=1e-8)
+    torch.testing.assert_close(u_out, want_u.float(), rtol=1e-5, atol=1e-8)
+    assert torch.equal(u_out[~mask], torch.zeros(2, e))
+    torch.testing.assert_close(w[mask, :k].sum(-1), torch.full((t - 2,), 1.5), rtol=1e-5, atol=0)
+    zero = tk.moe.moe_topk_gate_forward(torch.zeros(3, e), k, False, 0, 1.0, 0)[0]
+    assert zero.tolist() == [list(range(k))] * 3                    # equal scores: the smaller index first
+    with pytest.raises(NotImplementedError, match="force_random"):
+        tk.moe.moe_topk_gate_forward(logits, k, False, 0, 1.5, 0, force_random=mask)
+
+
+def test_moe_topk_gate_backward_against_float64():
+    t, e, k, rsf = 9, 16, 4, 1.5
+    logits = torch.randn(t, e, generator=g)
+    u = torch.empty(t, e)
+    unmapped = torch.empty(t, k, dtype=torch.int64)
+    mask = torch.ones(t, dtype=torch.bool)
+    mask[4] = False
+    _, w = tk.moe.moe_topk_gate_forward(logits, k, False, 0, rsf, 0, mask=mask, scores=u, unmapped_topk_idx=unmapped)
+    unmapped[1, 1] = unmapped[1, 0]                                  # a repeated expert (fixed routing) adds up
+    grad_w = torch.randn(t, k, generator=g)
+    got = tk.moe.moe_topk_gate_backward(u, unmapped, w, grad_w, rsf)
+    # the gradient through the definition: d/dl of w_k = u_k / (sum u + 1e-20) * rsf, u = sqrt(softplus(l))
+    ud, valid = u.double(), unmapped >= 0
+    ids = unmapped.clamp(min=0)
+    den = (ud.gather(1, ids) * valid).sum(-1, keepdim=True) + 1e-20
+    rho = (grad_w.double() * w.double() * valid).sum(-1, keepdim=True)
+    du = torch.zeros(t, e, dtype=torch.float64).scatter_add_(1, ids, (rsf * grad_w.double() - rho) / den * valid)
+    want = torch.where(ud > 0, (1 - torch.exp(-ud * ud)) / (2 * ud), 0.0) * du     # u' = 0 at u = 0
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    assert torch.equal(got[4], torch.zeros(e))                       # a token not routed has no gradient
+
+
+@pytest.mark.parametrize("scoring, groups, topk_groups, tp", [("sigmoid", 8, 4, 2), ("softmax", 0, 0, 1),
+                                                              ("sqrtsoftplus", 4, 2, 2)])
+def test_top2_sum_gate_against_a_sort(scoring, groups, topk_groups, tp):
+    t, e, k, rsf = 11, 64, 6, 1.5
+    logits = torch.randn(t, e, generator=g)
+    bias = torch.randn(e, generator=g) * 0.1
+    mask = torch.ones(t, dtype=torch.bool)
+    mask[5] = False
+    unmapped = torch.empty(t, k, dtype=torch.int64)
+    idx, w = tk1.moe.top2_sum_gate(logits, bias, k, topk_groups, groups, False, 0, rsf, 0, 4, tp - 1, tp, scoring,
+                                   mask=mask, unmapped_topk_idx=unmapped)
+    ld = logits.double()
+    s = {"sigmoid": torch.sigmoid(ld), "softmax": torch.softmax(ld, -1),
+         "sqrtsoftplus": torch.nn.functional.softplus(ld).sqrt()}[scoring]
+    r = (ld if scoring == "softmax" else s) + bias.double()
+    if groups:
+        group_score = r.view(t, groups, -1).topk(2, -1).values.sum(-1)
+        best = group_score.sort(dim=-1, descending=True, stable=True).indices[:, :topk_groups]
+        keep = torch.zeros(t, groups, dtype=torch.bool).scatter_(1, best, True)
+        r = r.masked_fill(~keep.repeat_interleave(e // groups, 1), -float("inf"))
+    sel = r.sort(dim=-1, descending=True, stable=True).indices[:, :k]
+    picked = s.gather(1, sel)
+    want_w = picked / (picked.sum(-1, keepdim=True) + 1e-20) * rsf
+    want_idx = torch.tensor([[mask_oracle(int(v), e, 4, tp - 1, tp) for v in row] for row in sel.tolist()])
+    want_idx[~mask], want_w[~mask], sel[~mask] = -1, 0.0, -1
+    assert torch.equal(unmapped, sel) and torch.equal(idx, want_idx)
+    torch.testing.assert_close(w, want_w.float(), rtol=1e-5, atol=1e-8)
+    with pytest.raises(NotImplementedError, match="use_shared_as_routed"):
+        tk1.moe.top2_sum_gate(logits, bias, k, 0, 0, True, 1, rsf, 0, 4, 0, 1, scoring)
+
+
+def test_reference_sqrt_is_correctly_rounded():
+    from tkgen.runtime.torch_prims import _sqrt
+    x = torch.cat([torch.tensor([0.6931471824645996, 0.04858735203742981]), torch.rand(4096, generator=g) * 100])
+    assert torch.equal(_sqrt(x), torch.sqrt(x.double()).float())
