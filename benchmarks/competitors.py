@@ -314,49 +314,90 @@ def _compiled(adapter):
     return make
 
 
-def _tk_mhc_ops():
-    """TileKernels' first-release mHC entry points (tile_kernels.modeling.mhc.ops). 2.1.0 dropped that module
-    for destination-passing kernels whose signatures tkgen's catalog does not record: with 2.1.0 installed the
-    adapters raise, and the bench says why."""
-    _tile_kernels()
-    try:
-        from tile_kernels.modeling.mhc import ops as mhc_ops
-    except ImportError as e:
-        raise NotImplementedError("TileKernels 2.1.0 has no modeling.mhc.ops (its mhc kernels take "
-                                  "preallocated outputs, signatures not recorded)") from e
-    return mhc_ops
+def tk_moe_topk_gate_forward(params, dims):
+    tk = _tile_kernels()
+    k, slots = params["num_topk"], params["num_slots"]
+
+    def run(logits, mask=None, bias=None):
+        return tk.moe.moe_topk_gate_forward(logits, k, slots > k, slots - k, params["routed_scaling_factor"], 0,
+                                            mask=None if mask is None else mask.bool(), bias=bias)
+    return run
+
+
+def tk_moe_topk_gate_backward(params, dims):
+    tk = _tile_kernels()
+    return lambda scores, topk_idx, topk_weights, grad: tk.moe.moe_topk_gate_backward(
+        scores, topk_idx, topk_weights, grad, params["routed_scaling_factor"])
+
+
+def tk_normalize_weight(params, dims):
+    tk = _tile_kernels()
+    return lambda w: tk.moe.normalize_weight(w)
+
+
+def _tk_mhc():
+    """TileKernels 2.1.0's mHC kernels (tile_kernels.mhc): destination-passing, outputs preallocated."""
+    return _tile_kernels().mhc
 
 
 def tk_expand_to_mhc(params, dims):
-    ops = _tk_mhc_ops()
-    return lambda x: ops.expand_to_mhc(x, params["mhc_mult"])
+    mhc = _tk_mhc()
+
+    def run(x):
+        o = torch.empty(x.shape[0], params["mhc_mult"], x.shape[1], dtype=x.dtype, device=x.device)
+        mhc.expand_to_mhc_fwd(x, o)
+        return o
+    return run
 
 
 def tk_mhc_pre_apply_mix(params, dims):
-    ops = _tk_mhc_ops()
-    return lambda x, mix: ops.mhc_pre_apply_mix(x[None], mix[None, :, :, None])
+    mhc = _tk_mhc()
+
+    def run(x, mix):
+        o = torch.empty(x.shape[0], x.shape[2], dtype=x.dtype, device=x.device)
+        mhc.mhc_pre_apply_mix_fwd(x, mix, o)
+        return o
+    return run
 
 
 def tk_mhc_post(params, dims):
     """TileKernels takes (n0, n1, ...) leading dims and post as (..., m, 1)."""
-    ops = _tk_mhc_ops()
-    return lambda x, residual, post, comb: ops.mhc_post(x[None], residual[None], post[None, :, :, None], comb[None])
+    mhc = _tk_mhc()
+    return lambda x, residual, post, comb: mhc.mhc_post_fwd(x[None], residual[None], post[None, :, :, None], comb[None])
 
 
 def tk_mhc_pre_split_mixes(params, dims):
-    ops = _tk_mhc_ops()
-    return lambda mixes, scale, base: ops.mhc_pre_split_mixes(mixes[None], scale, base, params["mhc_mult"],
-                                                              params["mhc_post_mult_value"], params["mhc_pre_eps"])
+    mhc = _tk_mhc()
+    m = params["mhc_mult"]
+
+    def run(mixes, scale, base):
+        t = mixes.shape[0]
+        pre, post = (torch.empty(t, m, dtype=torch.float32, device=mixes.device) for _ in range(2))
+        comb = torch.empty(t, m, m, dtype=torch.float32, device=mixes.device)
+        mhc.mhc_pre_split_mixes_fwd(mixes, scale, base, pre, post, comb, params["mhc_post_mult_value"],
+                                    params["mhc_pre_eps"])
+        return pre, post, comb
+    return run
 
 
 def tk_mhc_head_compute_mix(params, dims):
-    ops = _tk_mhc_ops()
-    return lambda mix, scale, base: ops.mhc_head_compute_mix(mix[None], scale, base, params["mhc_pre_eps"])
+    mhc = _tk_mhc()
+
+    def run(mix, scale, base):
+        out = torch.empty_like(mix)
+        mhc.mhc_head_compute_mix_fwd(mix, scale, base, out, params["mhc_pre_eps"])
+        return out
+    return run
 
 
 def tk_sinkhorn_normalize(params, dims):
-    ops = _tk_mhc_ops()
-    return lambda x: ops.sinkhorn_normalize(x, params["repeat"], params["eps"])
+    mhc = _tk_mhc()
+
+    def run(x):
+        out = torch.empty_like(x)
+        mhc.mhc_sinkhorn_fwd(x, out, params["repeat"], params["eps"])
+        return out
+    return run
 
 
 ADAPTERS = {
@@ -369,6 +410,9 @@ ADAPTERS = {
         "cast_back": tk_cast_back,
         "per_token_cast_and_cast_back": tk_per_token_cast_and_cast_back,
         "topk_gate": tk_topk_gate,
+        "moe_topk_gate_forward": tk_moe_topk_gate_forward,
+        "moe_topk_gate_backward": tk_moe_topk_gate_backward,
+        "normalize_weight": tk_normalize_weight,
         "per_block_cast": tk_per_block_cast,
         "per_block_cast_with_sf_only": tk_per_block_cast_with_sf_only,
         "per_block_cast_with_precomputed_sf": tk_per_block_cast_with_precomputed_sf,
