@@ -34,4 +34,18 @@ class RMSNorm(torch.nn.Module):
         return functional.rms_norm(x, self.weight.shape, self.weight, self.eps, residual=residual)
 
 
-__all__ = ["functional", "SwiGLU", "RMSNorm"]
+class EngramGate(torch.nn.Module):
+    """Engram's gate with its two learnable [hc, D] weights (`functional.engram_gate`): forward(x, k, v)
+    over x, k [*, hc, D] and v [*, D]."""
+
+    def __init__(self, heads, hidden, clamp_value=1e-6, eps=1e-20, dtype=torch.bfloat16, device=None):
+        super().__init__()
+        self.clamp_value, self.eps = clamp_value, eps
+        self.weight_hidden = torch.nn.Parameter(torch.ones(heads, hidden, dtype=dtype, device=device))
+        self.weight_embed = torch.nn.Parameter(torch.ones(heads, hidden, dtype=dtype, device=device))
+
+    def forward(self, x, k, v):
+        return functional.engram_gate(x, k, v, self.weight_hidden, self.weight_embed, self.clamp_value, self.eps)
+
+
+__all__ = ["functional", "SwiGLU", "RMSNorm", "EngramGate"]
