@@ -209,3 +209,16 @@ def test_nn_engram_gate_is_the_composite():
     assert torch.equal(out.view(torch.int16), want.view(torch.int16))
     out.float().sum().backward()
     assert xs.grad.shape == x.shape and mod.weight_hidden.grad.shape == wh.shape
+
+
+def test_in_place_op_declares_what_it_mutates():
+    """grad_w_reduce writes into its accumulators (`into:`): torch.library's schema says so (mutates_args),
+    and opcheck holds the op's eager, fake and dispatcher forms to it."""
+    P, hc, D = 3, 2, 16
+    args = (torch.randn(P, hc, D, generator=g), bf16(hc, D), bf16(hc, D), torch.randn(hc, D, generator=g),
+            torch.randn(hc, D, generator=g))
+    schema = str(torch.ops.tkgen.grad_w_reduce.default._schema)
+    assert "Tensor(a3!) grad_weight_hidden" in schema and "Tensor(a4!) grad_weight_embed" in schema
+    assert schema.endswith("-> ()")
+    torch.library.opcheck(torch.ops.tkgen.grad_w_reduce.default, args,
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))

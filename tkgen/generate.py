@@ -149,7 +149,7 @@ def op_module(catalog, spec, header):
         # keep_rows: the dim of the rows, where rows not kept are left untouched (compared to the poison)
         rows = [i for i, group in enumerate(t.view) if dyn in group] if kept_rows else []
         outputs.append(dict(name=name, shapes=shapes, dtype_fn=dtype_fn, exact=repr(t.exact), when=repr(t.when),
-                            accumulate=accumulate, at=t.at, row_dim=rows[0] if rows and not t.at else None,
+                            accumulate=accumulate, at=t.at, into=t.into, row_dim=rows[0] if rows and not t.at else None,
                             col_pad=f"lambda v: {pads!r}[v]" if any(pads.values()) else None))
     dims = [dict(name=d.name, dynamic=d.name == spec.dynamic_dim, min=d.min, max=d.max) for d in spec.dims.values()]
     requires = [(text, _d(node)) for d in spec.dims.values() for text, node in d.require]
@@ -164,8 +164,15 @@ def op_module(catalog, spec, header):
     # arguments without defaults come first: required inputs and params, in declaration order
     public_args = required + [p.name for p in spec.params.values() if p.default is None and not p.optional] + \
         optional + with_default
-    n_out = len(spec.outputs)
-    returns = "tuple[" + ", ".join(["torch.Tensor"] * n_out) + "]" if n_out > 1 else "torch.Tensor"
+    # outputs written into an input are not returned: the op mutates that input (torch.library's mutates_args)
+    kept = [i for i, t in enumerate(spec.outputs.values()) if not t.into]
+    mutated = tuple(t.into for t in spec.outputs.values() if t.into)
+    n_out = len(kept)
+    returns = "tuple[" + ", ".join(["torch.Tensor"] * n_out) + "]" if n_out > 1 else "torch.Tensor" if n_out else "None"
+    if not mutated:
+        ret = "outs" if n_out > 1 else "outs[0]"
+    else:
+        ret = "None" if not kept else f"outs[{kept[0]}]" if n_out == 1 else "(" + ", ".join(f"outs[{i}]" for i in kept) + ")"
     ag = autograd_plan(catalog, spec)
     if ag is not None:
         ag.public_args = public_args
@@ -179,7 +186,8 @@ def op_module(catalog, spec, header):
     return render("op.py.j2", header=header, op=spec, autograd=ag, scale_block=block, dtype_params=formats,
                   optional_inputs=spec.optional_inputs, static_params=[p.name for p in spec.params.values()], params=params, inputs=inputs, outputs=outputs, dims=dims,
                   requires=requires, factory_args=repr(factory_args), custom_args=custom_args,
-                  plain_args=plain_args, public_args=public_args, returns=returns, docstring=doc,
+                  plain_args=plain_args, public_args=public_args, returns=returns, ret=ret, mutated=mutated,
+                  docstring=doc,
                   tensor_args=_tuple_source(spec.inputs), param_args=_tuple_source(spec.params),
                   has_optional=bool(spec.optional_inputs or spec.optional_params))
 
@@ -251,7 +259,9 @@ def docstring(catalog, spec) -> str:
                 else " or ".join(t.dtypes))
         at = f", read at the flat positions in `{t.at}` (0 outside [0, numel))" if t.at else ""
         doc = _sentence(t.doc)
-        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {kind}{at}, contiguous, cpu or cuda.{doc}{opt}")
+        into = next((f" Mutated: `{o.name}` is written over it (in place)." for o in spec.outputs.values()
+                     if o.into == t.name), "")
+        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {kind}{at}, contiguous, cpu or cuda.{doc}{opt}{into}")
     for p in spec.params.values():
         allowed = ("a number or None" if p.optional else "a number" if p.kind == "float" else
                    ", ".join(map(str, p.choices)) if p.choices else
@@ -266,7 +276,8 @@ def docstring(catalog, spec) -> str:
                                       spec.params[t.when].boolean else f" Empty unless `{t.when}` is given.")
         at = f" Added into (from zeros) at the flat positions in `{t.at}`." if t.at else ""
         doc = _sentence(t.doc)
-        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{doc}{at}{when}")
+        into = f" Written into `{t.into}` (in place), not returned." if t.into else ""
+        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{doc}{at}{when}{into}")
     lines.append("")
     lines.append(f"Generated from {_rel(catalog, spec.path)}.")
     # the body of a """...""" literal: free text may hold quotes and backslashes (docstring_literal)

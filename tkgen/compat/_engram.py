@@ -39,10 +39,7 @@ def grad_w_reduce(grad_w_partial, weight_hidden, weight_embed, grad_weight_hidde
     buffers, in place; R the sum of the partials over their first dim); returns None."""
     need(grad_weight_hidden.dtype == torch.float32 and grad_weight_embed.dtype == torch.float32,
          "engram.grad_w_reduce", "into buffers that are not float32")
-    hidden, embed = ops().grad_w_reduce(grad_w_partial, weight_hidden, weight_embed, grad_weight_hidden,
-                                        grad_weight_embed)
-    grad_weight_hidden.copy_(hidden)
-    grad_weight_embed.copy_(embed)
+    ops().grad_w_reduce(grad_w_partial, weight_hidden, weight_embed, grad_weight_hidden, grad_weight_embed)
 
 
 class EngramGateFn(torch.autograd.Function):
