@@ -87,8 +87,9 @@ class Reduction(Stage):
         b.add(idx, Reduce(out, KINDS[fn], src, axis))
 
 
-_FOLD_OPS = {"sum": "add", "prod": "mul", "xor": "bitxor", "and": "bitand", "or": "bitor"}
-_BIT_FOLDS = ("xor", "and", "or")        # integer values only
+# `and` and `or` are the expression language's boolean operators, so the bit folds are bitand and bitor
+_FOLD_OPS = {"sum": "add", "prod": "mul", "xor": "bitxor", "bitand": "bitand", "bitor": "bitor"}
+_BIT_FOLDS = ("xor", "bitand", "bitor")        # integer values only
 _ORDERS = ("ascending", "descending")
 
 
@@ -98,7 +99,7 @@ class Fold(Step):
     along `axis` in order, one rounding per step: bit-exact with the reference, which runs the same loop."""
 
     out: Value
-    kind: str                  # sum | prod | xor | and | or
+    kind: str                  # sum | prod | xor | bitand | bitor
     src: Value
     axis: str
     start: ir.Expr             # does not vary over `axis`
@@ -132,7 +133,7 @@ class Fold(Step):
 
 @stage("fold", args=("node", "value", "axis", "node", "node?"))
 class FoldStage(Stage):
-    """fold(sum | prod | xor | and | or, v, axis, start[, ascending | descending])."""
+    """fold(sum | prod | xor | bitand | bitor, v, axis, start[, ascending | descending])."""
 
     def build(self, b, call, kind, src, axis, start, *order):
         idx = call.index
