@@ -222,3 +222,20 @@ def test_in_place_op_declares_what_it_mutates():
     assert schema.endswith("-> ()")
     torch.library.opcheck(torch.ops.tkgen.grad_w_reduce.default, args,
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
+
+
+def test_composite_under_torch_compile():
+    """fullgraph: the forward and the backward trace through the torch.library ops (grad_w_reduce's
+    mutation included) and give eager's bits."""
+    import tkgen.nn.functional as F
+    x, k, v, wh, we = gate_inputs(T=3)
+    leaves = [t.clone().requires_grad_() for t in (x, k, v, wh, we)]
+    out = torch.compile(F.engram_gate, backend="aot_eager", fullgraph=True)(*leaves)
+    out.float().sum().backward()
+    compiled = [t.grad for t in leaves]
+    eager = [t.clone().requires_grad_() for t in (x, k, v, wh, we)]
+    want = F.engram_gate(*eager)
+    want.float().sum().backward()
+    assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+    for a, t in zip(compiled, eager):
+        assert torch.equal(a.view(torch.uint8), t.grad.view(torch.uint8))
