@@ -239,3 +239,22 @@ def test_composite_under_torch_compile():
     assert torch.equal(out.view(torch.int16), want.view(torch.int16))
     for a, t in zip(compiled, eager):
         assert torch.equal(a.view(torch.uint8), t.grad.view(torch.uint8))
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+@pytest.mark.parametrize("buffer_dtype", [torch.bfloat16, torch.float32])
+def test_sinkhorn_momentum_update_in_place(nesterov, buffer_dtype):
+    """The buffer takes fma(m, b, (1 - b) g) in its dtype; the result is float32, from the unrounded
+    update (an fma computed exactly in float64 and rounded once: the CPU kernel's fma, see numerics.md)."""
+    n, b = 2048 + 256, 0.95
+    grad = torch.randn(n, generator=g)
+    buf = torch.randn(n, generator=g).to(buffer_dtype)
+    m0 = buf.clone()
+    out = tk.engram.engram_sinkhorn_momentum_update(grad, buf, b) if nesterov else \
+        tk.engram.engram_sinkhorn_momentum_update(grad, buf, b, nesterov=False)
+    f32 = lambda v: torch.tensor(v, dtype=torch.float32).double()  # noqa: E731
+    c = (f32(1.0) - f32(b)).float().double()
+    m = (m0.double() * f32(b) + (c.float() * grad).double()).float()
+    look = (grad.double() * c + (f32(b).float() * m).double()).float()
+    assert torch.equal(buf, m.to(buffer_dtype))
+    assert out.dtype == torch.float32 and torch.equal(out, look if nesterov else m)

@@ -84,8 +84,10 @@ def kernel_module(catalog, spec, arch, header, naive=None):
         lines, used = print_factory(catalog, arch, scheduled, f"build_{spec.variant_name(variant)}")
         factories.append("\n".join(lines))
         helpers |= used
+    bits = "f32_bits" in helpers            # from the runtime, not a generated helper
+    helpers.discard("f32_bits")
     return render("kernel.py.j2", header=header, op=spec.name, arch=arch, factories=factories,
-                  helpers=sorted(helpers), target=repr(arch.target),
+                  helpers=sorted(helpers), f32_bits=bits, target=repr(arch.target),
                   pass_configs=repr(dict(sorted(arch.pass_configs.items()))),
                   compile_flags=repr(list(arch.compile_flags))), helpers
 

@@ -9,6 +9,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 import tilelang.language as T
 
 from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import f32_bits
 from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 TARGET = 'c'
@@ -91,14 +92,14 @@ def build_base(HC, D, clamp_value, *, threads=1, block_t=1, blocks=4):
                     gv[i_t, i_h, i_d] = (go[i_t, i_h, i_d] * _t0[i_t, i_d])
                 T.reduce_sum(gv, dgate, dim=2)
                 for i_t, i_h in T.grid(B_t, B_h):
-                    c[i_t, i_h] = (((T.float32(1.0) / T.sqrt(T.float32(D))) * rx[i_t, i_h]) * rk[i_t, i_h])
+                    c[i_t, i_h] = (((T.float32(1.0) / T.sqrt(T.reinterpret(T.uint32(f32_bits(D)), "float32"))) * rx[i_t, i_h]) * rk[i_t, i_h])
                     ad[i_t, i_h] = T.max(dt[i_t, i_h], (-dt[i_t, i_h]))
                     big[i_t, i_h] = ((((dgate[i_t, i_h] * g[i_t, i_h]) * (T.float32(1.0) - g[i_t, i_h])) * T.float32(0.5)) * T.sqrt((c[i_t, i_h] / ad[i_t, i_h])))
-                    gz[i_t, i_h] = T.Select(((ad[i_t, i_h] * c[i_t, i_h]) < T.float32(clamp_value)), T.float32(0.0), big[i_t, i_h])
+                    gz[i_t, i_h] = T.Select(((ad[i_t, i_h] * c[i_t, i_h]) < T.reinterpret(T.uint32(f32_bits(clamp_value)), "float32")), T.float32(0.0), big[i_t, i_h])
                 for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
                     if ((b_t * B_t + i_t) < N_t):
-                        grad_x[(b_t * B_t + i_t), i_h, i_d] = T.cast(encode_bf16((go[i_t, i_h, i_d] + (gz[i_t, i_h] * ((kf[i_t, i_h, i_d] * w[i_h, i_d]) - (((xf[i_t, i_h, i_d] * dt[i_t, i_h]) * (rx[i_t, i_h] * rx[i_t, i_h])) / T.float32(D)))))), "uint16")
-                        grad_k[(b_t * B_t + i_t), i_h, i_d] = T.cast(encode_bf16((gz[i_t, i_h] * ((xf[i_t, i_h, i_d] * w[i_h, i_d]) - (((kf[i_t, i_h, i_d] * dt[i_t, i_h]) * (rk[i_t, i_h] * rk[i_t, i_h])) / T.float32(D))))), "uint16")
+                        grad_x[(b_t * B_t + i_t), i_h, i_d] = T.cast(encode_bf16((go[i_t, i_h, i_d] + (gz[i_t, i_h] * ((kf[i_t, i_h, i_d] * w[i_h, i_d]) - (((xf[i_t, i_h, i_d] * dt[i_t, i_h]) * (rx[i_t, i_h] * rx[i_t, i_h])) / T.reinterpret(T.uint32(f32_bits(D)), "float32")))))), "uint16")
+                        grad_k[(b_t * B_t + i_t), i_h, i_d] = T.cast(encode_bf16((gz[i_t, i_h] * ((xf[i_t, i_h, i_d] * w[i_h, i_d]) - (((kf[i_t, i_h, i_d] * dt[i_t, i_h]) * (rk[i_t, i_h] * rk[i_t, i_h])) / T.reinterpret(T.uint32(f32_bits(D)), "float32"))))), "uint16")
                     gog[i_t, i_h, i_d] = (go[i_t, i_h, i_d] * g[i_t, i_h])
                 for i_t, i_d in T.grid(B_t, B_d):
                     grad_v_tile[i_t, i_d] = T.float32(-0.0)

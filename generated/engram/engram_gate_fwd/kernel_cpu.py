@@ -9,6 +9,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 import tilelang.language as T
 
 from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import f32_bits
 from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 TARGET = 'c'
@@ -63,15 +64,15 @@ def build_false(HC, D, eps, clamp_value, *, threads=1, block_t=1):
                 xwk[i_t, i_h, i_d] = ((xf[i_t, i_h, i_d] * _t0[i_h, i_d]) * kf[i_t, i_h, i_d])
             T.reduce_sum(x2, _t1, dim=2)
             for i_t, i_h in T.grid(B_t, B_h):
-                rstd_x_tile[i_t, i_h] = T.rsqrt(((_t1[i_t, i_h] / T.float32(D)) + T.float32(eps)))
+                rstd_x_tile[i_t, i_h] = T.rsqrt(((_t1[i_t, i_h] / T.reinterpret(T.uint32(f32_bits(D)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
             T.reduce_sum(k2, _t2, dim=2)
             for i_t, i_h in T.grid(B_t, B_h):
-                rstd_k_tile[i_t, i_h] = T.rsqrt(((_t2[i_t, i_h] / T.float32(D)) + T.float32(eps)))
+                rstd_k_tile[i_t, i_h] = T.rsqrt(((_t2[i_t, i_h] / T.reinterpret(T.uint32(f32_bits(D)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
             T.reduce_sum(xwk, dot_tile, dim=2)
             for i_t, i_h in T.grid(B_t, B_h):
-                z[i_t, i_h] = (((dot_tile[i_t, i_h] * rstd_x_tile[i_t, i_h]) * rstd_k_tile[i_t, i_h]) * (T.float32(1.0) / T.sqrt(T.float32(D))))
+                z[i_t, i_h] = (((dot_tile[i_t, i_h] * rstd_x_tile[i_t, i_h]) * rstd_k_tile[i_t, i_h]) * (T.float32(1.0) / T.sqrt(T.reinterpret(T.uint32(f32_bits(D)), "float32"))))
                 az[i_t, i_h] = T.max(z[i_t, i_h], (-z[i_t, i_h]))
-                a[i_t, i_h] = T.sqrt(T.Select((az[i_t, i_h] > T.float32(clamp_value)), az[i_t, i_h], T.float32(clamp_value)))
+                a[i_t, i_h] = T.sqrt(T.Select((az[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp_value)), "float32")), az[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp_value)), "float32")))
                 gate_score_tile[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
             for i_t, i_d in T.grid(B_t, B_d):
                 _t3[i_t, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t), decode_bf16(T.cast(v[(b_t * B_t + i_t), i_d], "uint32")), T.float32(0.0))
@@ -133,21 +134,21 @@ def build_true(HC, D, eps, clamp_value, *, threads=1, block_t=1):
                 xwk[i_t, i_h, i_d] = ((xf[i_t, i_h, i_d] * _t0[i_h, i_d]) * kf[i_t, i_h, i_d])
             T.reduce_sum(x2, _t1, dim=2)
             for i_t, i_h in T.grid(B_t, B_h):
-                rstd_x_tile[i_t, i_h] = T.rsqrt(((_t1[i_t, i_h] / T.float32(D)) + T.float32(eps)))
+                rstd_x_tile[i_t, i_h] = T.rsqrt(((_t1[i_t, i_h] / T.reinterpret(T.uint32(f32_bits(D)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd_x[(b_t * B_t + i_t), i_h] = rstd_x_tile[i_t, i_h]
             T.reduce_sum(k2, _t2, dim=2)
             for i_t, i_h in T.grid(B_t, B_h):
-                rstd_k_tile[i_t, i_h] = T.rsqrt(((_t2[i_t, i_h] / T.float32(D)) + T.float32(eps)))
+                rstd_k_tile[i_t, i_h] = T.rsqrt(((_t2[i_t, i_h] / T.reinterpret(T.uint32(f32_bits(D)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd_k[(b_t * B_t + i_t), i_h] = rstd_k_tile[i_t, i_h]
             T.reduce_sum(xwk, dot_tile, dim=2)
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     dot[(b_t * B_t + i_t), i_h] = dot_tile[i_t, i_h]
-                z[i_t, i_h] = (((dot_tile[i_t, i_h] * rstd_x_tile[i_t, i_h]) * rstd_k_tile[i_t, i_h]) * (T.float32(1.0) / T.sqrt(T.float32(D))))
+                z[i_t, i_h] = (((dot_tile[i_t, i_h] * rstd_x_tile[i_t, i_h]) * rstd_k_tile[i_t, i_h]) * (T.float32(1.0) / T.sqrt(T.reinterpret(T.uint32(f32_bits(D)), "float32"))))
                 az[i_t, i_h] = T.max(z[i_t, i_h], (-z[i_t, i_h]))
-                a[i_t, i_h] = T.sqrt(T.Select((az[i_t, i_h] > T.float32(clamp_value)), az[i_t, i_h], T.float32(clamp_value)))
+                a[i_t, i_h] = T.sqrt(T.Select((az[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp_value)), "float32")), az[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp_value)), "float32")))
                 gate_score_tile[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
                 if ((b_t * B_t + i_t) < N_t):
                     gate_score[(b_t * B_t + i_t), i_h] = gate_score_tile[i_t, i_h]
