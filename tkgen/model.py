@@ -279,6 +279,17 @@ def _row_dim(doc, dims, first, axes):
     return rows + [n for n in dyn if n != rows[0]]
 
 
+def _resolve_like(inputs):
+    """An input `like` an input of one plain dtype has that dtype: there is nothing to tie at the call, and
+    the kernels take no dtype argument for either (the lowering found none for it)."""
+    def fix(t):
+        src = inputs.get(t.like) if t.like else None
+        if src is None or src.like or len(src.dtypes) != 1 or src.format_ref or src.scale_ref:
+            return t
+        return dataclasses.replace(t, like=None, dtypes=src.dtypes)
+    return {n: fix(t) for n, t in inputs.items()}
+
+
 def _check_into(doc, inputs, outputs):
     """An output `into` an input is written over that input's elements: a required input of a plain type
     that the output has, with the same shape and view, so that each element is read by the thread that
@@ -614,6 +625,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
     outputs = {n: tensor("output", n, t) for n, t in d["outputs"].items()}
     inputs, outputs = _resolve_at(doc, inputs, outputs)
     _check_into(doc, inputs, outputs)
+    inputs = _resolve_like(inputs)
     for n, t in inputs.items():
         if t.like:
             if t.like not in inputs or inputs[t.like].like or not inputs[t.like].dtypes or t.dtypes:
