@@ -258,3 +258,17 @@ def test_sinkhorn_momentum_update_in_place(nesterov, buffer_dtype):
     look = (grad.double() * c + (f32(b).float() * m).double()).float()
     assert torch.equal(buf, m.to(buffer_dtype))
     assert out.dtype == torch.float32 and torch.equal(out, look if nesterov else m)
+
+
+def test_hash_image_tokens_are_minus_one():
+    """2.1.0's image_token_mask: image tokens (True) get -1 in every column; the others hash as without it."""
+    T, L, N, M = 7, 2, 3, 2
+    ids = torch.randint(0, 100000, (T, N), generator=g, dtype=torch.int32)
+    mult = torch.randint(0, 100000, (L, N), generator=g, dtype=torch.int64)
+    vocab = torch.randint(100000, 1000000, (L, N - 1, M), generator=g, dtype=torch.int32)
+    offsets = torch.randint(0, 1000, (L, (N - 1) * M), generator=g, dtype=torch.int32)
+    mask = torch.tensor([True, False, False, True, False, True, False])
+    got = tk.engram.engram_hash(ids, mult, vocab, offsets, image_token_mask=mask)
+    want = hash_oracle(ids, mult, vocab, offsets)
+    want[:, mask] = -1
+    assert torch.equal(got, want)

@@ -1,7 +1,9 @@
 """`tile_kernels.engram` of TileKernels 2.1.0 on tkgen's kernels: the operators its first release had, unchanged,
 and the Sinkhorn momentum update. The gate forward and backward with the packed `kv` and `image_token_mask`,
 and the other three Sinkhorn kernels, are not built yet (they raise NotImplementedError naming themselves)."""
-from .._common import missing, need, ops
+import torch
+
+from .._common import missing, ops
 from .. import _engram as _v1
 
 RELEASE = "2.1.0"
@@ -11,9 +13,10 @@ grad_w_reduce = _v1.grad_w_reduce
 
 
 def engram_hash(ngram_token_ids, multipliers, vocab_sizes, offsets, image_token_mask=None):
-    """As the first release's; an image_token_mask (image tokens hash to -1) is not built yet."""
-    need(image_token_mask is None, "engram.engram_hash", "with image_token_mask")
-    return _v1.engram_hash(ngram_token_ids, multipliers, vocab_sizes, offsets)
+    """As the first release's; with image_token_mask [T] (bool or integers), image tokens get -1 in every
+    column."""
+    mask = None if image_token_mask is None else image_token_mask.to(torch.int32).contiguous()
+    return ops().engram_hash(ngram_token_ids, multipliers, vocab_sizes, offsets, image_token_mask=mask)
 
 
 def engram_sinkhorn_momentum_update(grad, momentum_buffer, beta1, nesterov=True):
