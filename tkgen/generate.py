@@ -174,7 +174,8 @@ def op_module(catalog, spec, header):
     if not mutated:
         ret = "outs" if n_out > 1 else "outs[0]"
     else:
-        ret = "None" if not kept else f"outs[{kept[0]}]" if n_out == 1 else "(" + ", ".join(f"outs[{i}]" for i in kept) + ")"
+        picked = [f"outs[{i}]" for i in kept]
+        ret = "None" if not kept else picked[0] if n_out == 1 else "(" + ", ".join(picked) + ")"
     ag = autograd_plan(catalog, spec)
     if ag is not None:
         ag.public_args = public_args
