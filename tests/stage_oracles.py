@@ -78,7 +78,7 @@ def folds():
     g = torch.Generator().manual_seed(3)
     x = torch.randn(11, 7, generator=g) * torch.exp2(torch.randint(-20, 20, (11, 7), generator=g).float())
     n = torch.randint(-100000, 100000, (11, 7), generator=g)
-    s, p, c, q = ops.folds(x, n)
+    s, p, c, q, bits = ops.folds(x, n)
     for t in range(11):
         acc, prod = -0.0, 1.0
         for h in range(7):
@@ -90,6 +90,10 @@ def folds():
         for h in range(7):
             want = wrap(want * int(n[t, h]), 64)
         assert int(q[t]) == want
+        xor, ior, iand = 0, 7, -2
+        for h in range(7):
+            xor, ior, iand = xor ^ int(n[t, h]), ior | int(n[t, h]), iand & int(n[t, h])
+        assert int(bits[t]) == wrap(xor + ior * 3 + iand * 5, 64)
     e = libm.expf(x)
     for blk in range(3):
         for h in range(7):

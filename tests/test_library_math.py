@@ -58,3 +58,17 @@ def test_swiglu_backward_and_per_token_cast_matches_its_reference_on_many_values
               "clamp": None}
     for o, got, want in zip(pkg.OP.outputs, run(pkg.OP, tensors, params), reference_outputs(pkg.OP, pkg, tensors, params)):
         compare(o.name, got, want, o.exact)
+
+
+def test_reference_sqrt_is_correctly_rounded():
+    """The references' sqrt (and rsqrt's, 1 / sqrt) is the correctly rounded one, as the kernels' sqrtf on
+    every target: the float64 root rounded once. torch's own float32 sqrt on the CPU is not (a gate computed
+    with it differed from the C kernel's by up to 13 ulp), so the references do not call it."""
+    from tkgen.runtime.torch_prims import _rsqrt, _sqrt
+    gen = torch.Generator().manual_seed(5)
+    x = torch.cat([torch.rand(1 << 16, generator=gen) * 10, torch.exp2(torch.randint(-149, 128, (1 << 12,),
+                                                                                     generator=gen).float()),
+                   torch.tensor([0.0, -0.0, math.inf, 1e-45, 3.4e38])])
+    want = torch.tensor([math.sqrt(v) for v in x.tolist()], dtype=torch.float64).float()
+    assert torch.equal(_sqrt(x).view(torch.int32), want.view(torch.int32))
+    assert torch.equal(_rsqrt(x).view(torch.int32), (1 / want).view(torch.int32))

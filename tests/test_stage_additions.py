@@ -191,6 +191,7 @@ def _error(tmp_path, name, old, new):
     ("folds", "s = fold(sum, xf, h, -0.0)", "s = fold(sum, xf, h, xf)", "must not vary over axis 'h'"),
     ("folds", "s = fold(sum, xf, h, -0.0)", "s = fold(sum, xf, h, 0.0, sideways)", "ascending or descending"),
     ("folds", "q = fold(prod, load(n), h, 3)", "q = fold(prod, load(n), h, 3.5)", "start value is f32"),
+    ("folds", "s = fold(sum, xf, h, -0.0)", "s = fold(xor, xf, h, -0.0)", "xor folds integers"),
     ("folds", "s = fold(sum, xf, h, -0.0)", "s = fold(sum, xf, b, -0.0)", "runs along the rows"),
     ("gathers", "gid = gather(load(ids), top, e)", "gid = gather(load(ids), s, e)", "indices are integers"),
     ("gathers", "gid = gather(load(ids), top, e)", "gid = gather(load(ids), load(ids), e)", "must not vary over axis"),

@@ -68,6 +68,9 @@ def plan(catalog, spec) -> Optional[AutogradPlan]:
     if bw["op"] not in catalog.ops:
         raise err(("op",), f"unknown op {short(bw['op'])}; ops are {listing(sorted(catalog.ops))}")
     back = catalog.ops[bw["op"]]
+    for op in (spec, back):
+        if any(t.into for t in op.outputs.values()):
+            raise err(("op",), f"{op.name} writes an output in place (`into:`), which autograd does not take")
     saved: List[str] = []
     args = []
     for name, t in back.inputs.items():

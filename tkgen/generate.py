@@ -84,8 +84,10 @@ def kernel_module(catalog, spec, arch, header, naive=None):
         lines, used = print_factory(catalog, arch, scheduled, f"build_{spec.variant_name(variant)}")
         factories.append("\n".join(lines))
         helpers |= used
+    bits = "f32_bits" in helpers            # from the runtime, not a generated helper
+    helpers.discard("f32_bits")
     return render("kernel.py.j2", header=header, op=spec.name, arch=arch, factories=factories,
-                  helpers=sorted(helpers), target=repr(arch.target),
+                  helpers=sorted(helpers), f32_bits=bits, target=repr(arch.target),
                   pass_configs=repr(dict(sorted(arch.pass_configs.items()))),
                   compile_flags=repr(list(arch.compile_flags))), helpers
 
@@ -150,7 +152,7 @@ def op_module(catalog, spec, header):
         # keep_rows: the dim of the rows, where rows not kept are left untouched (compared to the poison)
         rows = [i for i, group in enumerate(t.view) if dyn in group] if kept_rows else []
         outputs.append(dict(name=name, shapes=shapes, dtype_fn=dtype_fn, exact=repr(t.exact), when=repr(t.when),
-                            accumulate=accumulate, at=t.at, rows=t.row_view is not None, row_dim=rows[0] if rows and not t.at else None,
+                            accumulate=accumulate, at=t.at, rows=t.row_view is not None, into=t.into, row_dim=rows[0] if rows and not t.at else None,
                             col_pad=f"lambda v: {pads!r}[v]" if any(pads.values()) else None))
     dims = [dict(name=d.name, dynamic=d.name == spec.dynamic_dim, min=d.min, max=d.max) for d in spec.dims.values()]
     requires = [(text, _d(node)) for d in spec.dims.values() for text, node in d.require]
@@ -165,8 +167,16 @@ def op_module(catalog, spec, header):
     # arguments without defaults come first: required inputs and params, in declaration order
     public_args = required + [p.name for p in spec.params.values() if p.default is None and not p.optional] + \
         optional + with_default
-    n_out = len(spec.outputs)
-    returns = "tuple[" + ", ".join(["torch.Tensor"] * n_out) + "]" if n_out > 1 else "torch.Tensor"
+    # outputs written into an input are not returned: the op mutates that input (torch.library's mutates_args)
+    kept = [i for i, t in enumerate(spec.outputs.values()) if not t.into]
+    mutated = tuple(t.into for t in spec.outputs.values() if t.into)
+    n_out = len(kept)
+    returns = "tuple[" + ", ".join(["torch.Tensor"] * n_out) + "]" if n_out > 1 else "torch.Tensor" if n_out else "None"
+    if not mutated:
+        ret = "outs" if n_out > 1 else "outs[0]"
+    else:
+        picked = [f"outs[{i}]" for i in kept]
+        ret = "None" if not kept else picked[0] if n_out == 1 else "(" + ", ".join(picked) + ")"
     ag = autograd_plan(catalog, spec)
     if ag is not None:
         ag.public_args = public_args
@@ -180,7 +190,8 @@ def op_module(catalog, spec, header):
     return render("op.py.j2", header=header, op=spec, autograd=ag, scale_block=block, dtype_params=formats,
                   optional_inputs=spec.optional_inputs, static_params=[p.name for p in spec.params.values()], params=params, inputs=inputs, outputs=outputs, dims=dims,
                   requires=requires, factory_args=repr(factory_args), custom_args=custom_args,
-                  plain_args=plain_args, public_args=public_args, returns=returns, docstring=doc,
+                  plain_args=plain_args, public_args=public_args, returns=returns, ret=ret, mutated=mutated,
+                  docstring=doc,
                   tensor_args=_tuple_source(spec.inputs), param_args=_tuple_source(spec.params),
                   has_optional=bool(spec.optional_inputs or spec.optional_params))
 
@@ -253,7 +264,9 @@ def docstring(catalog, spec) -> str:
         at = "" if not t.at else f", its rows read at the positions in `{t.at}` (0 outside)" if t.row_view else \
             f", read at the flat positions in `{t.at}` (0 outside [0, numel))"
         doc = _sentence(t.doc)
-        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {kind}{at}, contiguous, cpu or cuda.{doc}{opt}")
+        into = next((f" Mutated: `{o.name}` is written over it (in place)." for o in spec.outputs.values()
+                     if o.into == t.name), "")
+        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {kind}{at}, contiguous, cpu or cuda.{doc}{opt}{into}")
     for p in spec.params.values():
         allowed = ("a number or None" if p.optional else "a number" if p.kind == "float" else
                    ", ".join(map(str, p.choices)) if p.choices else
@@ -269,7 +282,8 @@ def docstring(catalog, spec) -> str:
         at = "" if not t.at else f" Rows stored (into zeros) at the positions in `{t.at}`." if t.row_view else \
             f" Added into (from zeros) at the flat positions in `{t.at}`."
         doc = _sentence(t.doc)
-        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{doc}{at}{when}")
+        into = f" Written into `{t.into}` (in place), not returned." if t.into else ""
+        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{doc}{at}{when}{into}")
     lines.append("")
     lines.append(f"Generated from {_rel(catalog, spec.path)}.")
     # the body of a """...""" literal: free text may hold quotes and backslashes (docstring_literal)

@@ -90,6 +90,7 @@ class Tensor:
     # (dim, ((segment, axes), ...)); the view holds that dim's axes, each once, in order
     segments: Optional[Tuple[int, Tuple[Tuple[str, Tuple[str, ...]], ...]]] = None
     row_view: Optional[Tuple[Tuple[str, ...], ...]] = None   # rows at positions: the view of dims 1..
+    into: Optional[str] = None               # outputs: stored into this input's storage, which the op mutates
 
     def segment_axes(self, segment: str) -> Tuple[str, ...]:
         """The axes of a load of one segment: the view with the segmented dim indexed by its own axes."""
@@ -278,6 +279,44 @@ def _row_dim(doc, dims, first, axes):
         if used:
             raise doc.error(("axes", a.name), f"{used[0]!r} is a runtime size besides the rows: no axis may run over it")
     return rows + [n for n in dyn if n != rows[0]]
+
+
+def _resolve_like(inputs):
+    """An input `like` an input of one plain dtype has that dtype: there is nothing to tie at the call, and
+    the kernels take no dtype argument for either (the lowering found none for it)."""
+    def fix(t):
+        src = inputs.get(t.like) if t.like else None
+        if src is None or src.like or len(src.dtypes) != 1 or src.format_ref or src.scale_ref:
+            return t
+        return dataclasses.replace(t, like=None, dtypes=src.dtypes)
+    return {n: fix(t) for n, t in inputs.items()}
+
+
+def _check_into(doc, inputs, outputs):
+    """An output `into` an input is written over that input's elements: a required input of a plain type
+    that the output has, with the same shape and view, so that each element is read by the thread that
+    writes it, before it writes it (the kernel takes the one storage as both arguments)."""
+    taken = {}
+    for name, t in outputs.items():
+        if t.into is None:
+            continue
+        base = ("outputs", name, "into")
+        src = inputs.get(t.into)
+        if src is None:
+            raise doc.error(base, f"`into` names an input; inputs are {listing(inputs)}")
+        if t.into in taken:
+            raise doc.error(base, f"{t.into!r} already takes output {taken[t.into]!r}")
+        taken[t.into] = name
+        if src.optional or src.at or src.segments or src.format_ref or src.scale_ref:
+            raise doc.error(base, f"{t.into!r} must be a required input of a plain dtype, viewed whole")
+        same_type = t.like == t.into or (not t.like and len(src.dtypes) == 1 and not src.like
+                                         and t.dtypes == src.dtypes)
+        if not same_type:
+            raise doc.error(base, f"the output must have the type of {t.into!r}: `like: {t.into}` or its dtype")
+        if t.shape_text != src.shape_text or t.view != src.view:
+            raise doc.error(base, f"the output must have the shape and view of {t.into!r}")
+        if t.when or t.layouts or t.layout_ref or t.at:
+            raise doc.error(base, "an output written in place has no `when`, `layout` or `at`")
 
 
 def _resolve_at(doc, inputs, outputs):
@@ -522,7 +561,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
                 if n not in table:
                     raise doc.error(base + (key,), f"unknown {kind} format {short(n)}; expected one of {listing(sorted(table))}")
         exact = t.get("exact", "bit" if role == "output" else None)
-        for key in ("optional", "absent") if role == "output" else ("when",):
+        for key in ("optional", "absent") if role == "output" else ("when", "into"):
             if key in t:
                 raise doc.error(base + (key,), f"`{key}` is for {'inputs' if role == 'output' else 'outputs'} only")
         if t.get("optional") and "absent" not in t:
@@ -554,7 +593,8 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
                 raise doc.error(base + ("layout",), "a layout applies to 2-D outputs")
         return Tensor(name, role, t.get("doc", ""), dtypes, t.get("format"), t.get("scale_format"), t.get("layout"), shape,
                       tuple(str(s) for s in t["shape"]), view, exact, dict(t.get("values", {})), tuple(when),
-                      bool(t.get("optional", False)), t.get("absent"), like, optional_when, t.get("at"), segments)
+                      bool(t.get("optional", False)), t.get("absent"), like, optional_when, t.get("at"), segments,
+                      into=t.get("into"))
 
     def layout(base, t):
         shape = tuple(_parse(doc, base + ("shape", i), s) for i, s in enumerate(t["shape"]))
@@ -599,6 +639,8 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
     inputs = {n: tensor("input", n, t) for n, t in d["inputs"].items()}
     outputs = {n: tensor("output", n, t) for n, t in d["outputs"].items()}
     inputs, outputs = _resolve_at(doc, inputs, outputs)
+    _check_into(doc, inputs, outputs)
+    inputs = _resolve_like(inputs)
     for n, t in inputs.items():
         if t.like:
             if t.like not in inputs or inputs[t.like].like or not inputs[t.like].dtypes or t.dtypes:

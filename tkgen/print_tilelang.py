@@ -46,6 +46,7 @@ class KernelPrinter:
         self.catalog, self.arch, self.m = catalog, arch, module
         self.tensors = {t.name: t for t in module.tensors}
         self.helpers = set(module.meta.get("helpers", ()))
+        self.uses_f32_bits = False
         self.dispatch: Dict[str, dict] = {}          # LOAD_x / STORE_x tables used
         self.P = "T.Parallel" if arch.loops == "parallel" else "T.grid"
         self.k = None
@@ -139,6 +140,11 @@ class KernelPrinter:
         if isinstance(e, ir.Size):
             return e.name
         if isinstance(e, ir.Scalar):
+            if e.dtype == F32 and self.arch.backend == "cpu":
+                # the float32 bits of a float param: TVM folds a cast of `T.float32(x)` from x itself (so an
+                # fma's float64 product took 0.95, not float32(0.95)), and C prints 7 digits
+                self.uses_f32_bits = True
+                return f'T.reinterpret(T.uint32(f32_bits({e.name})), "float32")'
             return f"T.{tl_dtype(e.dtype)}({e.name})"
         if isinstance(e, ir.Read):
             b = self.buffers[e.buffer]
@@ -330,4 +336,4 @@ def print_factory(catalog, arch, module: kir.Module, name: str, choices=()):
     """(lines of the factory, helper names it calls)."""
     p = KernelPrinter(catalog, arch, module)
     lines = p.factory(name, choices)
-    return lines, p.helpers
+    return lines, p.helpers | ({"f32_bits"} if p.uses_f32_bits else set())

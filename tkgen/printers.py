@@ -203,10 +203,8 @@ class TorchPrinter:
             return f"torch.where({a[0]}, {a[1]}, {a[2]})"
         if o == "fma":
             return f"_fma({a[0]}, {a[1]}, {a[2]})"
-        if o in ("exp", "log", "log1p", "rsqrt"):
+        if o in ("exp", "log", "log1p", "rsqrt", "sqrt"):
             return f"_{o}({a[0]})"          # mirrors the target's math library (torch_prims)
-        if o == "sqrt":
-            return f"_sqrt({a[0]})"          # correctly rounded on every device (torch_prims)
         if o == "bits":
             return f"_bits({a[0]})"
         if o == "from_bits":

@@ -72,4 +72,19 @@ class MHCHead(torch.nn.Module):
         return functional.mhc_head(residual, self.fn, self.scale, self.base, **self.options)
 
 
-__all__ = ["functional", "SwiGLU", "RMSNorm", "MHC", "MHCHead"]
+
+class EngramGate(torch.nn.Module):
+    """Engram's gate with its two learnable [hc, D] weights (`functional.engram_gate`): forward(x, k, v)
+    over x, k [*, hc, D] and v [*, D]."""
+
+    def __init__(self, heads, hidden, clamp_value=1e-6, eps=1e-20, dtype=torch.bfloat16, device=None):
+        super().__init__()
+        self.clamp_value, self.eps = clamp_value, eps
+        self.weight_hidden = torch.nn.Parameter(torch.ones(heads, hidden, dtype=dtype, device=device))
+        self.weight_embed = torch.nn.Parameter(torch.ones(heads, hidden, dtype=dtype, device=device))
+
+    def forward(self, x, k, v):
+        return functional.engram_gate(x, k, v, self.weight_hidden, self.weight_embed, self.clamp_value, self.eps)
+
+
+__all__ = ["functional", "SwiGLU", "RMSNorm", "MHC", "MHCHead", "EngramGate"]

@@ -10,6 +10,7 @@ import numbers
 import torch
 
 from .. import registry
+from ..compat import _engram
 
 
 def _functions():
@@ -51,6 +52,16 @@ def rms_norm(input, normalized_shape, weight=None, eps=None, *, residual=None, o
         raise AttributeError("tkgen.nn.functional.rms_norm: no generated op has the function `rms_norm`")
     out = _RMS_NORM(rows(input), weight, residual=rows(residual), eps=eps, out_scale=out_scale)
     return out.reshape(input.shape)
+
+
+def engram_gate(hidden_states, k, v, weight_hidden, weight_embed, clamp_value=1e-6, eps=1e-20):
+    """Engram's gated residual over [*, hc, D]: x + sigmoid(signed sqrt(<RMSNorm(x) * wh, RMSNorm(k) * we> /
+    sqrt(D))) * v, with v [*, D] shared by the heads. Forward: the fused weight and the gate kernels;
+    backward: the gate's backward kernel (the weight gradient reduced over the tokens in block order: two
+    passes give the same bits) and the weight-gradient kernel, which adds into `weight.main_grad` (float32)
+    where a weight has one. The composite spans four generated ops, which one spec's `backward:` block
+    cannot chain, so it is TileKernels' EngramGateFn of the compat layer (docs/spec-language.md, Engram)."""
+    return _engram.engram_gate(hidden_states, k, v, weight_hidden, weight_embed, clamp_value, eps)
 
 
 # resolved when this module is imported, so that torch.compile only reads it (importing traces badly)

@@ -111,10 +111,29 @@ def site_of(op) -> "CallSite":
         site = op.__dict__["_site"] = CallSite(op)
     return site
 
+def in_place(op):
+    """(output index, input index) of each output written into an input's storage (`into:`)."""
+    got = op.__dict__.get("_in_place")
+    if got is None:
+        names = [i.name for i in op.inputs]
+        got = op.__dict__["_in_place"] = tuple((k, names.index(o.into)) for k, o in enumerate(op.outputs) if o.into)
+    return got
+
+
+def _into_inputs(op, tensors, outs):
+    """The outputs with those written in place replaced by their inputs (given in `op.inputs` order)."""
+    for k, j in in_place(op):
+        outs = outs[:k] + (tensors[j],) + outs[k + 1:]
+    return outs
+
+
 def call(op, tensors: tuple, params: tuple):
-    """Check, allocate and launch a call given in `op.inputs` and `op.params` order; the outputs."""
+    """Check, allocate and launch a call given in `op.inputs` and `op.params` order; the outputs (those
+    written in place are their inputs, mutated)."""
     spec, d = site_of(op).checked(tensors, params)
     outs = spec.allocate(d)
+    if in_place(op):
+        outs = _into_inputs(op, tensors, outs)
     if spec.rows is None or d[spec.rows] != 0:
         spec.run(tensors, outs)
     return outs
@@ -310,6 +329,7 @@ def run(op, tensors, params, arch: Optional[str] = None, out=None, schedule=None
 
     `out` lets tests pass poisoned outputs, so that elements a kernel fails to write show up, and callers
     pass accumulators: outputs that kernels add into (sums over rows, counts) are added into as given.
+    Without `out`, an output written in place (`into:`) is its input, which the call mutates.
     `schedule`: knobs in place of the profile's (tuning candidates). Calls without these go through
     `call`, as the generated entry points do.
     """
@@ -317,7 +337,7 @@ def run(op, tensors, params, arch: Optional[str] = None, out=None, schedule=None
     dims = R.check(op, tensors, params)
     spec = _specialization(op, tensors, params, dims, arch, schedule)
     if out is None:
-        outs = spec.allocate(dims)
+        outs = _into_inputs(op, R._ordered(op, tensors), spec.allocate(dims))
     else:
         outs = tuple(out)
         for o, w in zip(outs, spec.allocate(dims, torch.device("meta"))):     # shapes only

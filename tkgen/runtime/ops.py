@@ -88,6 +88,7 @@ class OutputInfo:
     row_dim: Optional[int] = None      # the dim indexed by the rows (keep_rows leaves the rows not kept untouched)
     at: Optional[str] = None           # added into at the flat positions this input holds (passed to kernels flat)
     rows: bool = False                 # with `at`: its rows are stored at the positions, into zeros
+    into: Optional[str] = None         # written into this input's storage (the op mutates it; not returned)
 
     def shape_fn(self, dims, variant):
         """The container shape of this output in a variant."""

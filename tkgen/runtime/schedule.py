@@ -40,3 +40,9 @@ def bank_pad(dtype: str) -> int:
     """Elements that pad a shared-memory row by 16 bytes: rows start in different banks and 16-byte
     vectors stay aligned."""
     return 16 // _BYTES[dtype]
+
+
+def f32_bits(value: float) -> int:
+    """The bits of a float param rounded to float32 (nearest even), for kernels that take it by its bits."""
+    import struct
+    return struct.unpack("<I", struct.pack("<f", value))[0]

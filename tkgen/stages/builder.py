@@ -238,7 +238,8 @@ class Builder:
         return ir.Const((self.variant[p.name] == text.value) == (node.op == "=="), ir.BOOL)
 
     def name(self, idx, node, axes):
-        """A name in an expression: a value, a constant, a param or a static dim, or `inf` (float32 +inf)."""
+        """A name in an expression: a value, a constant, a param (a boolean one is a bool constant of its
+        variant) or a static dim, or `inf` (float32 +inf)."""
         if node.id in self.values:
             v = self.values[node.id]
             if v.dtype == RAW:
@@ -255,11 +256,13 @@ class Builder:
         d = self.spec.dims.get(node.id)
         if p is not None and p.optional and not self.variant.get(f"?{p.name}"):
             return ir.c(p.absent, ir.F32)       # an optional float param given as None
+        if p is not None and p.boolean:
+            return ir.c(bool(self.variant[p.name]), ir.BOOL)     # a constant in each of its variants
         if (p is not None and not p.structural) or (d is not None and not d.dynamic):
             self.scalars[node.id] = "param" if p is not None else "dim"
             return ir.Var(node.id, ir.F32)
         if p is not None or d is not None:
-            self.fail(idx, f"{node.id!r} cannot be a value: only numeric params and static dims can", node)
+            self.fail(idx, f"{node.id!r} cannot be a value: only numeric and boolean params and static dims can", node)
         if node.id == "inf":
             return ir.c(float("inf"), ir.F32)
         self.fail(idx, f"unknown value {node.id!r}; values so far: {sorted(self.values)}", node)

@@ -88,17 +88,19 @@ class Reduction(Stage):
         b.add(idx, Reduce(out, KINDS[fn], src, axis))
 
 
-_FOLD_OPS = {"sum": "add", "prod": "mul", "fma": "fma"}
+# `and` and `or` are the expression language's boolean operators, so the bit folds are bitand and bitor
+_FOLD_OPS = {"sum": "add", "prod": "mul", "fma": "fma", "xor": "bitxor", "bitand": "bitand", "bitor": "bitor"}
+_BIT_FOLDS = ("xor", "bitand", "bitor")        # integer values only
 _ORDERS = ("ascending", "descending")
 
 
 @dataclass(frozen=True)
 class Fold(Step):
-    """An ordered fold: acc = start, then acc = acc + v[i] (or * v[i]) for i along `axis` in order, one
-    rounding per step: bit-exact with the reference, which runs the same loop."""
+    """An ordered fold: acc = start, then acc = acc + v[i] (or * v[i], or a bit operation of integers) for i
+    along `axis` in order, one rounding per step: bit-exact with the reference, which runs the same loop."""
 
     out: Value
-    kind: str                  # sum | prod
+    kind: str                  # sum | prod | xor | bitand | bitor
     src: Value
     axis: str
     start: ir.Expr             # does not vary over `axis`
@@ -137,8 +139,8 @@ class Fold(Step):
 
 @stage("fold", args=("node", "value", "axis", "node", "node?"))
 class FoldStage(Stage):
-    """fold(sum | prod, v, axis, start[, ascending | descending]), or fold(fma, v, axis, start, w):
-    acc = fma(v[i], w[i], acc) in ascending order, one rounding per step."""
+    """fold(sum | prod | xor | bitand | bitor, v, axis, start[, ascending | descending]), or
+    fold(fma, v, axis, start, w): acc = fma(v[i], w[i], acc) in ascending order, one rounding per step."""
 
     def build(self, b, call, kind, src, axis, start, *order):
         idx = call.index
@@ -158,6 +160,8 @@ class FoldStage(Stage):
             b.fail(idx, f"{src.name!r} does not vary over axis {axis!r}", call.args[2])
         if src.dtype not in (F32, *_BITS):
             b.fail(idx, f"fold: folds numbers, found {src.dtype}", call.args[1])
+        if kind.id in _BIT_FOLDS and src.dtype not in _BITS:
+            b.fail(idx, f"fold: {kind.id} folds integers, found {src.dtype}", call.args[1])
         b.whole_axis(idx, axis, "fold", call.args[2])
         axes = set()
         first = b.operands(idx, (call.args[1], start), axes)[1]

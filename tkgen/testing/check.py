@@ -11,7 +11,7 @@ import math
 import torch
 
 from .. import registry
-from ..runtime.fastpath import allocate, run
+from ..runtime.fastpath import allocate, in_place, run
 from ..runtime.ops import check, complete, variant_of
 from .inputs import build_inputs
 from .strategies import with_codec
@@ -42,6 +42,18 @@ def poisoned(op, tensors, params, byte=0xFF):
             o.fill_(0 if o.dtype.is_floating_point or info.rows else COUNTS_START)
         outs.append(o)
     return tuple(outs)
+
+
+def into_inputs(op, tensors, outs):
+    """Outputs written in place (`into:`): each poisoned buffer takes its input's elements, and the kernel
+    reads that very buffer as the input (the storage it mutates); the caller's tensors stay as they are, for
+    the reference. Returns the tensors the kernel takes."""
+    tensors = dict(tensors)
+    for k, j in in_place(op):
+        name = op.inputs[j].name
+        outs[k].copy_(tensors[name])
+        tensors[name] = outs[k]
+    return tensors
 
 
 def written_outside(outs):
@@ -190,22 +202,42 @@ def check_tensors(op_name: str, tensors: dict, params: dict, arch=None, schedule
     op = pkg.OP
     check(op, tensors, params)
     out = poisoned(op, tensors, params)
+    kernel_in = into_inputs(op, tensors, out)
     before = [o.clone() for o in out]
-    outs = run(op, tensors, params, arch=arch, out=out, schedule=schedule)
+    outs = run(op, kernel_in, params, arch=arch, out=out, schedule=schedule)
+    mutated = {op.inputs[j].name: tensors[op.inputs[j].name].clone() for _, j in in_place(op)}
     refs = reference_outputs(op, pkg, tensors, params)
+    for name, t in mutated.items():     # the reference returns what the op writes in place, as a new tensor
+        compare(f"{name} (the reference's input)", tensors[name], t, "bytes")
     given = {n for o in op.outputs if isinstance(o.exact, dict) for n in o.exact.get("given", ())}
     replay = None
     if given:
-        by_name = {o.name: got for o, got in zip(op.outputs, outs)}
+        by_name = given_values(op, tensors, params, outs, given, arch, schedule)
         replay = reference_outputs(op, pkg, tensors, params, given={n: by_name[n] for n in given})
     compare_outputs(op, pkg, tensors, params, outs, refs, before, replay)
     if any(w.is_floating_point() and bool(torch.isnan(w.float()).any()) for w in refs):
         # the poison is NaN too: elements the reference makes NaN must also be written over zeros
         out = poisoned(op, tensors, params, byte=0)
+        kernel_in = into_inputs(op, tensors, out)
         before = [o.clone() for o in out]
-        again = run(op, tensors, params, arch=arch, out=out, schedule=schedule)
+        again = run(op, kernel_in, params, arch=arch, out=out, schedule=schedule)
         compare_outputs(op, pkg, tensors, params, again, refs, before, replay)
     return outs, refs
+
+
+def given_values(op, tensors, params, outs, given, arch=None, schedule=None):
+    """The kernel's values of the outputs others are exact given. One that this variant does not write (its
+    `when` is a boolean param that is false: an inference form) comes from the kernel of the variant that
+    writes it, the same kernel with the stores: so the output compared is held to the bits of that one."""
+    by_name = {o.name: got for o, got in zip(op.outputs, outs)}
+    flags = {p.name: p for p in op.params if p.choices == (False, True)}
+    off = {o.when for o in op.outputs if o.name in given and o.when in flags
+           and not params.get(o.when, flags[o.when].default)}
+    if off:
+        again = run(op, into_inputs(op, tensors, allocate(op, tensors, params)), {**params, **{w: True for w in off}},
+                    arch=arch, schedule=schedule)
+        by_name.update({o.name: got for o, got in zip(op.outputs, again) if o.name in given and o.when in off})
+    return by_name
 
 
 def with_rows(op, case: dict, rows: int) -> dict:

@@ -59,8 +59,11 @@ def materialize(recipe: dict, shape, device="cpu") -> torch.Tensor:
         lo, hi = recipe.get("range", (-1000, 999))       # `values: range` of an integer input (inclusive)
         if recipe.get("distinct"):
             x = _distinct(lo, hi, n, g)
-        else:
+        elif hi - lo < 2 ** 62:
             x = torch.randint(lo, hi + 1, (n,), generator=g, dtype=torch.int64)
+        else:       # a span past torch.randint's int64 bounds: 64 random bits (two halves), within the range
+            top = torch.randint(-2 ** 31, 2 ** 31, (n,), generator=g, dtype=torch.int64)
+            x = ((top << 32) | torch.randint(0, 2 ** 32, (n,), generator=g, dtype=torch.int64)).clamp(lo, hi)
         return x.to(dtype).reshape(shape).to(device)
     style = recipe["style"]
     if style == "discrete":

@@ -9,6 +9,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 import tilelang.language as T
 
 from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import f32_bits
 from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 TARGET = 'c'
@@ -53,7 +54,7 @@ def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_h])
                 da[i_t, i_h] = ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
                 db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
@@ -64,7 +65,7 @@ def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -107,15 +108,15 @@ def build_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, blo
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                za[i_t, i_h] = (a0[i_t, i_h] > T.float32(clamp))
-                zb[i_t, i_h] = ((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp))))
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                za[i_t, i_h] = (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                zb[i_t, i_h] = ((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
@@ -126,7 +127,7 @@ def build_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, blo
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -175,7 +176,7 @@ def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, thread
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
@@ -186,7 +187,7 @@ def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, thread
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor)))
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
 
     return kernel
 
@@ -236,15 +237,15 @@ def build_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
-                zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
+                zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
@@ -255,7 +256,7 @@ def build_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor)))
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
 
     return kernel
 
@@ -311,7 +312,7 @@ def build_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, cla
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
@@ -322,9 +323,9 @@ def build_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, cla
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
                 if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
+                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
 
     return kernel
 
@@ -379,17 +380,17 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
-                zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
+                zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
@@ -400,9 +401,9 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
                 if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
+                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
 
     return kernel
 
@@ -462,7 +463,7 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
@@ -473,9 +474,9 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
                 if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
+                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
 
     return kernel
 
@@ -534,17 +535,17 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
-                zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
+                zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
@@ -555,9 +556,9 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
                 if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
+                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
 
     return kernel
 
@@ -603,7 +604,7 @@ def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, b
                 wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))) * sg[i_t, i_h])
                 da[i_t, i_h] = ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
                 db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
@@ -614,7 +615,7 @@ def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, b
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -659,17 +660,17 @@ def build_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, t
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                za[i_t, i_h] = (a0[i_t, i_h] > T.float32(clamp))
-                zb[i_t, i_h] = ((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp))))
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                za[i_t, i_h] = (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                zb[i_t, i_h] = ((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
@@ -680,7 +681,7 @@ def build_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, t
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -733,7 +734,7 @@ def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dty
                 wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
@@ -744,7 +745,7 @@ def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dty
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor)))
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
 
     return kernel
 
@@ -796,17 +797,17 @@ def build_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, c
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
-                zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
+                zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
@@ -817,7 +818,7 @@ def build_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, c
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor)))
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
 
     return kernel
 
@@ -877,7 +878,7 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scalin
                 wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
@@ -888,9 +889,9 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scalin
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
                 if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
+                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))))
 
     return kernel
 
@@ -947,10 +948,10 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
-                zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
+                zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
@@ -959,7 +960,7 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
                 wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
@@ -970,9 +971,9 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
                 if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
+                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))))
 
     return kernel
 
@@ -1036,7 +1037,7 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
                 wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), ((gws[i_t, i_h] * b0[i_t, i_h]) * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
@@ -1047,9 +1048,9 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
                 if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
+                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))))
 
     return kernel
 
@@ -1110,10 +1111,10 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
-                zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
+                zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
@@ -1122,7 +1123,7 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
                 wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))) * sg[i_t, i_h])
                 da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0), ((gws[i_t, i_h] * b[i_t, i_h]) * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
@@ -1133,8 +1134,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
+                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
                 if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
+                    T.atomic_add(topk_weights_grad[_t1[i_t]], T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))))
 
     return kernel

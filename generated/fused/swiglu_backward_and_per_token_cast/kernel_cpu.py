@@ -9,6 +9,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 import tilelang.language as T
 
 from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import f32_bits
 from ...common.tilelang_helpers import decode_bf16, decode_e4m3, encode_bf16, encode_e4m3
 
 TARGET = 'c'
@@ -73,7 +74,7 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
@@ -148,16 +149,16 @@ def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -241,7 +242,7 @@ def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -269,7 +270,7 @@ def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -336,21 +337,21 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -371,7 +372,7 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -436,7 +437,7 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
@@ -455,7 +456,7 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
     return kernel
 
@@ -516,17 +517,17 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -543,7 +544,7 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
     return kernel
 
@@ -614,7 +615,7 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -642,7 +643,7 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
@@ -713,21 +714,21 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -748,7 +749,7 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
@@ -813,7 +814,7 @@ def build_fp32_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
@@ -888,16 +889,16 @@ def build_fp32_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -981,7 +982,7 @@ def build_fp32_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -1009,7 +1010,7 @@ def build_fp32_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -1076,21 +1077,21 @@ def build_fp32_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -1111,7 +1112,7 @@ def build_fp32_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -1176,7 +1177,7 @@ def build_fp32_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
@@ -1195,7 +1196,7 @@ def build_fp32_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
     return kernel
 
@@ -1256,17 +1257,17 @@ def build_fp32_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -1283,7 +1284,7 @@ def build_fp32_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
     return kernel
 
@@ -1354,7 +1355,7 @@ def build_fp32_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -1382,7 +1383,7 @@ def build_fp32_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
@@ -1453,21 +1454,21 @@ def build_fp32_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -1488,7 +1489,7 @@ def build_fp32_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
@@ -1553,7 +1554,7 @@ def build_pow2_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
@@ -1628,16 +1629,16 @@ def build_pow2_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -1721,7 +1722,7 @@ def build_pow2_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -1749,7 +1750,7 @@ def build_pow2_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -1816,21 +1817,21 @@ def build_pow2_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -1851,7 +1852,7 @@ def build_pow2_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -1916,7 +1917,7 @@ def build_pow2_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
@@ -1935,7 +1936,7 @@ def build_pow2_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
     return kernel
 
@@ -1996,17 +1997,17 @@ def build_pow2_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -2023,7 +2024,7 @@ def build_pow2_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
     return kernel
 
@@ -2094,7 +2095,7 @@ def build_pow2_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -2122,7 +2123,7 @@ def build_pow2_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
@@ -2193,21 +2194,21 @@ def build_pow2_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -2228,7 +2229,7 @@ def build_pow2_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
@@ -2293,7 +2294,7 @@ def build_pow2_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
@@ -2368,16 +2369,16 @@ def build_pow2_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -2461,7 +2462,7 @@ def build_pow2_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -2489,7 +2490,7 @@ def build_pow2_col_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -2556,21 +2557,21 @@ def build_pow2_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -2591,7 +2592,7 @@ def build_pow2_col_false_with_weights_with_clamp(H, group, routed_scaling_factor
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -2656,7 +2657,7 @@ def build_pow2_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
@@ -2675,7 +2676,7 @@ def build_pow2_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
     return kernel
 
@@ -2736,17 +2737,17 @@ def build_pow2_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -2763,7 +2764,7 @@ def build_pow2_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
     return kernel
 
@@ -2834,7 +2835,7 @@ def build_pow2_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -2862,7 +2863,7 @@ def build_pow2_col_true_with_weights(H, group, routed_scaling_factor, clamp, act
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
@@ -2933,21 +2934,21 @@ def build_pow2_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -2968,7 +2969,7 @@ def build_pow2_col_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
@@ -3039,7 +3040,7 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
@@ -3124,16 +3125,16 @@ def build_ue8m0_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -3227,7 +3228,7 @@ def build_ue8m0_row_false_with_weights(H, group, routed_scaling_factor, clamp, a
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -3259,7 +3260,7 @@ def build_ue8m0_row_false_with_weights(H, group, routed_scaling_factor, clamp, a
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -3332,21 +3333,21 @@ def build_ue8m0_row_false_with_weights_with_clamp(H, group, routed_scaling_facto
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -3371,7 +3372,7 @@ def build_ue8m0_row_false_with_weights_with_clamp(H, group, routed_scaling_facto
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -3442,7 +3443,7 @@ def build_ue8m0_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
@@ -3465,7 +3466,7 @@ def build_ue8m0_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
     return kernel
 
@@ -3532,17 +3533,17 @@ def build_ue8m0_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -3563,7 +3564,7 @@ def build_ue8m0_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
     return kernel
 
@@ -3640,7 +3641,7 @@ def build_ue8m0_row_true_with_weights(H, group, routed_scaling_factor, clamp, ac
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -3672,7 +3673,7 @@ def build_ue8m0_row_true_with_weights(H, group, routed_scaling_factor, clamp, ac
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
@@ -3749,21 +3750,21 @@ def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -3788,7 +3789,7 @@ def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
@@ -3859,7 +3860,7 @@ def build_ue8m0_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
@@ -3944,16 +3945,16 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -4047,7 +4048,7 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -4079,7 +4080,7 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -4152,21 +4153,21 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -4191,7 +4192,7 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -4262,7 +4263,7 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
                 da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
@@ -4285,7 +4286,7 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
     return kernel
 
@@ -4352,17 +4353,17 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -4383,7 +4384,7 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
     return kernel
 
@@ -4460,7 +4461,7 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -4492,7 +4493,7 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
@@ -4569,21 +4570,21 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
                 _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.float32(0.0), ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -4608,7 +4609,7 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
                 if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")

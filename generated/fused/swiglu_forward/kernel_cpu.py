@@ -9,6 +9,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 import tilelang.language as T
 
 from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import f32_bits
 from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 TARGET = 'c'
@@ -41,7 +42,7 @@ def build_bf16(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1
                 b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * T.float32(routed_scaling_factor))), "uint16")
+                    out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
     return kernel
 
@@ -83,24 +84,24 @@ def build_bf16_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * T.float32(routed_scaling_factor))), "uint16")
+                    out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
     return kernel
 
@@ -137,7 +138,7 @@ def build_bf16_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, t
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * T.float32(routed_scaling_factor))), "uint16")
+                    out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
     return kernel
 
@@ -186,24 +187,24 @@ def build_bf16_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * T.float32(routed_scaling_factor))), "uint16")
+                    out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
     return kernel
 
@@ -245,7 +246,7 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])), "uint16")
@@ -301,26 +302,26 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])), "uint16")
@@ -369,7 +370,7 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])), "uint16")
@@ -429,26 +430,26 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])), "uint16")
@@ -485,7 +486,7 @@ def build_bf16_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])), "uint16")
@@ -533,26 +534,26 @@ def build_bf16_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])), "uint16")
@@ -596,7 +597,7 @@ def build_bf16_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, 
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])), "uint16")
@@ -651,26 +652,26 @@ def build_bf16_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])), "uint16")
@@ -719,7 +720,7 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])), "uint16")
@@ -777,28 +778,28 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])), "uint16")
@@ -851,7 +852,7 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])), "uint16")
@@ -913,28 +914,28 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])), "uint16")
@@ -967,7 +968,7 @@ def build_fp32(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1
                 b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * T.float32(routed_scaling_factor))
+                    out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -1009,24 +1010,24 @@ def build_fp32_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * T.float32(routed_scaling_factor))
+                    out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -1063,7 +1064,7 @@ def build_fp32_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, t
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * T.float32(routed_scaling_factor))
+                    out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -1112,24 +1113,24 @@ def build_fp32_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * T.float32(routed_scaling_factor))
+                    out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
 
@@ -1171,7 +1172,7 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
@@ -1227,26 +1228,26 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
@@ -1295,7 +1296,7 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
@@ -1355,26 +1356,26 @@ def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
@@ -1411,7 +1412,7 @@ def build_fp32_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
@@ -1459,26 +1460,26 @@ def build_fp32_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
@@ -1522,7 +1523,7 @@ def build_fp32_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, 
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
@@ -1577,26 +1578,26 @@ def build_fp32_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
@@ -1645,7 +1646,7 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
@@ -1703,28 +1704,28 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
@@ -1777,7 +1778,7 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
@@ -1839,28 +1840,28 @@ def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
             for i_t, i_h in T.grid(B_t, B_h):
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])

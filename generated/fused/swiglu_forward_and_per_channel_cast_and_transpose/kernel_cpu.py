@@ -9,6 +9,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 import tilelang.language as T
 
 from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import f32_bits
 from ...common.tilelang_helpers import decode_bf16, encode_bf16, encode_e4m3
 
 TARGET = 'c'
@@ -107,8 +108,8 @@ def build_e4m3_fp32_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads=
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
-                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
                 act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0))
                 act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
@@ -212,8 +213,8 @@ def build_e4m3_fp32_false_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
-                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
                 act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0))
                 act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
@@ -321,8 +322,8 @@ def build_e4m3_pow2_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads=
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
-                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
                 act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0))
                 act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
@@ -426,8 +427,8 @@ def build_e4m3_pow2_false_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
-                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
                 act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0))
                 act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
@@ -547,8 +548,8 @@ def build_e4m3_ue8m0_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
-                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
                 act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0))
                 act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
@@ -668,8 +669,8 @@ def build_e4m3_ue8m0_false_with_clamp(H, group_tokens, clamp, x_dtype, *, thread
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_), LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
-                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
+                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 act[i_k, i_r, i_h] = LOAD_x(STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
                 act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0))
                 act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])

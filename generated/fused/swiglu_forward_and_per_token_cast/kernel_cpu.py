@@ -9,6 +9,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 import tilelang.language as T
 
 from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import f32_bits
 from ...common.tilelang_helpers import decode_bf16, encode_e4m3
 
 TARGET = 'c'
@@ -50,7 +51,7 @@ def build_e4m3_fp32(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
                 b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -114,27 +115,27 @@ def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -190,7 +191,7 @@ def build_e4m3_fp32_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -261,27 +262,27 @@ def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -342,7 +343,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -420,29 +421,29 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -510,7 +511,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -592,29 +593,29 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -670,7 +671,7 @@ def build_e4m3_fp32_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -740,29 +741,29 @@ def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, cla
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -825,7 +826,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -902,29 +903,29 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -992,7 +993,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -1072,31 +1073,31 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -1168,7 +1169,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -1252,31 +1253,31 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -1328,7 +1329,7 @@ def build_e4m3_pow2(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
                 b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -1392,27 +1393,27 @@ def build_e4m3_pow2_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -1468,7 +1469,7 @@ def build_e4m3_pow2_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -1539,27 +1540,27 @@ def build_e4m3_pow2_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -1620,7 +1621,7 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -1698,29 +1699,29 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -1788,7 +1789,7 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -1870,29 +1871,29 @@ def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -1948,7 +1949,7 @@ def build_e4m3_pow2_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -2018,29 +2019,29 @@ def build_e4m3_pow2_with_weights_with_clamp(H, group, routed_scaling_factor, cla
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -2103,7 +2104,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -2180,29 +2181,29 @@ def build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -2270,7 +2271,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -2350,31 +2351,31 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -2446,7 +2447,7 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -2530,31 +2531,31 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -2610,7 +2611,7 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
                 b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -2682,27 +2683,27 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -2766,7 +2767,7 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -2845,27 +2846,27 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
+                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -2934,7 +2935,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -3020,29 +3021,29 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -3118,7 +3119,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -3208,29 +3209,29 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -3294,7 +3295,7 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -3372,29 +3373,29 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -3465,7 +3466,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -3550,29 +3551,29 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -3648,7 +3649,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -3736,31 +3737,31 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -3840,7 +3841,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))) * b0[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
@@ -3932,31 +3933,31 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
+                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
             for i_n in T.grid(B_n):
                 T.atomic_add(clamped_count[i_n], T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])), "int64"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))) * b[i_t, i_g, i_c])
                 y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])

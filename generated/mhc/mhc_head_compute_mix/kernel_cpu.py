@@ -9,6 +9,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 import tilelang.language as T
 
 from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import f32_bits
 
 TARGET = 'c'
 PASS_CONFIGS = {'tirx.disable_vectorize': True}
@@ -43,6 +44,6 @@ def build_base(M, mhc_pre_eps, *, threads=1, block_t=1, tile_elems=4096):
                 _t2[i_j] = mhc_base[(b_j * B_j + i_j)]
             for i_t, i_j in T.grid(B_t, B_j):
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), (b_j * B_j + i_j)] = ((T.float32(1.0) / (T.float32(1.0) + T.exp((-((_t1[i_t, i_j] * sc[0]) + _t2[i_j]))))) + T.float32(mhc_pre_eps))
+                    out[(b_t * B_t + i_t), (b_j * B_j + i_j)] = ((T.float32(1.0) / (T.float32(1.0) + T.exp((-((_t1[i_t, i_j] * sc[0]) + _t2[i_j]))))) + T.reinterpret(T.uint32(f32_bits(mhc_pre_eps)), "float32"))
 
     return kernel

@@ -9,6 +9,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 import tilelang.language as T
 
 from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import f32_bits
 
 TARGET = 'c'
 PASS_CONFIGS = {'tirx.disable_vectorize': True}
@@ -106,7 +107,7 @@ def build_base(mhc_mult, mhc_post_mult_value, *, threads=1, block_t=1, blocks=4)
                 for i_t, i_j in T.grid(B_t, B_j):
                     _t2[i_t, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t), grad_post[(b_t * B_t + i_t), i_j], T.float32(0.0))
                 for i_t, i_q, i_j in T.grid(B_t, B_q, B_j):
-                    v[i_t, i_q, i_j] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((row[i_q] == T.int32(0)), (_t1[i_t, i_j] * (s[i_t, i_q, i_j] * (T.float32(1.0) - s[i_t, i_q, i_j]))), T.Select((row[i_q] == T.int32(1)), (_t2[i_t, i_j] * (p[i_t, i_j] * (T.float32(1.0) - (p[i_t, i_j] / T.float32(mhc_post_mult_value))))), gq[i_t, i_q, i_j])), T.float32(0.0))
+                    v[i_t, i_q, i_j] = T.Select(((b_t * B_t + i_t) < N_t), T.Select((row[i_q] == T.int32(0)), (_t1[i_t, i_j] * (s[i_t, i_q, i_j] * (T.float32(1.0) - s[i_t, i_q, i_j]))), T.Select((row[i_q] == T.int32(1)), (_t2[i_t, i_j] * (p[i_t, i_j] * (T.float32(1.0) - (p[i_t, i_j] / T.reinterpret(T.uint32(f32_bits(mhc_post_mult_value)), "float32"))))), gq[i_t, i_q, i_j])), T.float32(0.0))
                     if ((b_t * B_t + i_t) < N_t):
                         input_mixes_grad[(b_t * B_t + i_t), ((i_q * N_j) + i_j)] = (v[i_t, i_q, i_j] * sq[i_q])
                 T.reduce_sum(v, mhc_base_grad_tile, dim=0)

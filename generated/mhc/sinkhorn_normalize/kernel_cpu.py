@@ -9,6 +9,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 import tilelang.language as T
 
 from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import f32_bits
 
 TARGET = 'c'
 PASS_CONFIGS = {'tirx.disable_vectorize': True}
@@ -51,19 +52,19 @@ def build_base(M, repeat, eps, *, threads=1, block_t=1):
                 ex[i_t, i_i, i_j] = T.exp((xf[i_t, i_i, i_j] - mx[i_t, i_i]))
             T.reduce_sum(ex, se, dim=2)
             for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                p0[i_t, i_i, i_j] = ((ex[i_t, i_i, i_j] / se[i_t, i_i]) + T.float32(eps))
+                p0[i_t, i_i, i_j] = ((ex[i_t, i_i, i_j] / se[i_t, i_i]) + T.reinterpret(T.uint32(f32_bits(eps)), "float32"))
                 out_tile[i_t, i_i, i_j] = p0[i_t, i_i, i_j]
             for r_k in T.serial(T.floordiv(N_k, T.int32(2))):
                 T.reduce_sum(out_tile, out_tile_sum_i, dim=1)
                 for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                    out_tile[i_t, i_i, i_j] = (out_tile[i_t, i_i, i_j] / (out_tile_sum_i[i_t, i_j] + T.float32(eps)))
+                    out_tile[i_t, i_i, i_j] = (out_tile[i_t, i_i, i_j] / (out_tile_sum_i[i_t, i_j] + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 T.reduce_sum(out_tile, out_tile_sum_j, dim=2)
                 for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                    out_tile[i_t, i_i, i_j] = (out_tile[i_t, i_i, i_j] / (out_tile_sum_j[i_t, i_i] + T.float32(eps)))
+                    out_tile[i_t, i_i, i_j] = (out_tile[i_t, i_i, i_j] / (out_tile_sum_j[i_t, i_i] + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
             for last_k in T.serial(T.floormod(N_k, T.int32(2))):
                 T.reduce_sum(out_tile, out_tile_sum_i, dim=1)
                 for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                    out_tile[i_t, i_i, i_j] = (out_tile[i_t, i_i, i_j] / (out_tile_sum_i[i_t, i_j] + T.float32(eps)))
+                    out_tile[i_t, i_i, i_j] = (out_tile[i_t, i_i, i_j] / (out_tile_sum_i[i_t, i_j] + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
             for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
                 if ((b_t * B_t + i_t) < N_t):
                     out[(b_t * B_t + i_t), i_i, i_j] = out_tile[i_t, i_i, i_j]

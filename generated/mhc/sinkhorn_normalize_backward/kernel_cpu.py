@@ -9,6 +9,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 import tilelang.language as T
 
 from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import f32_bits
 
 TARGET = 'c'
 PASS_CONFIGS = {'tirx.disable_vectorize': True}
@@ -62,7 +63,7 @@ def build_base(M, repeat, eps, *, threads=1, block_t=1):
             T.reduce_sum(ex, se, dim=2)
             for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
                 sm[i_t, i_i, i_j] = (ex[i_t, i_i, i_j] / se[i_t, i_i])
-                p0[i_t, i_i, i_j] = (sm[i_t, i_i, i_j] + T.float32(eps))
+                p0[i_t, i_i, i_j] = (sm[i_t, i_i, i_j] + T.reinterpret(T.uint32(f32_bits(eps)), "float32"))
             for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
                 g[i_t, i_i, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t), grad_out[(b_t * B_t + i_t), i_i, i_j], T.float32(0.0))
             for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
@@ -73,43 +74,43 @@ def build_base(M, repeat, eps, *, threads=1, block_t=1):
                 for m_k in T.serial(T.floordiv(N_k, T.int32(2))):
                     T.reduce_sum(dp_z, dp_sum_i, dim=1)
                     for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                        dp_z[i_t, i_i, i_j] = (dp_z[i_t, i_i, i_j] / (dp_sum_i[i_t, i_j] + T.float32(eps)))
+                        dp_z[i_t, i_i, i_j] = (dp_z[i_t, i_i, i_j] / (dp_sum_i[i_t, i_j] + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                     T.reduce_sum(dp_z, dp_sum_j, dim=2)
                     for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                        dp_z[i_t, i_i, i_j] = (dp_z[i_t, i_i, i_j] / (dp_sum_j[i_t, i_i] + T.float32(eps)))
+                        dp_z[i_t, i_i, i_j] = (dp_z[i_t, i_i, i_j] / (dp_sum_j[i_t, i_i] + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 T.reduce_sum(dp_z, dp_sum_i, dim=1)
                 for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
                     dp_prod[i_t, i_i, i_j] = (dp[i_t, i_i, i_j] * dp_z[i_t, i_i, i_j])
                 T.reduce_sum(dp_prod, dp_dot_i, dim=1)
                 for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                    dp[i_t, i_i, i_j] = ((dp[i_t, i_i, i_j] - (dp_dot_i[i_t, i_j] / (dp_sum_i[i_t, i_j] + T.float32(eps)))) / (dp_sum_i[i_t, i_j] + T.float32(eps)))
+                    dp[i_t, i_i, i_j] = ((dp[i_t, i_i, i_j] - (dp_dot_i[i_t, i_j] / (dp_sum_i[i_t, i_j] + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))) / (dp_sum_i[i_t, i_j] + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
             for r_k in T.serial(T.floordiv(N_k, T.int32(2))):
                 for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
                     dp_z[i_t, i_i, i_j] = p0[i_t, i_i, i_j]
                 for m_k in T.serial(((T.floordiv(N_k, T.int32(2)) - T.int32(1)) - r_k)):
                     T.reduce_sum(dp_z, dp_sum_i, dim=1)
                     for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                        dp_z[i_t, i_i, i_j] = (dp_z[i_t, i_i, i_j] / (dp_sum_i[i_t, i_j] + T.float32(eps)))
+                        dp_z[i_t, i_i, i_j] = (dp_z[i_t, i_i, i_j] / (dp_sum_i[i_t, i_j] + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                     T.reduce_sum(dp_z, dp_sum_j, dim=2)
                     for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                        dp_z[i_t, i_i, i_j] = (dp_z[i_t, i_i, i_j] / (dp_sum_j[i_t, i_i] + T.float32(eps)))
+                        dp_z[i_t, i_i, i_j] = (dp_z[i_t, i_i, i_j] / (dp_sum_j[i_t, i_i] + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
                     dp_za[i_t, i_i, i_j] = dp_z[i_t, i_i, i_j]
                 T.reduce_sum(dp_z, dp_sum_i, dim=1)
                 for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                    dp_z[i_t, i_i, i_j] = (dp_z[i_t, i_i, i_j] / (dp_sum_i[i_t, i_j] + T.float32(eps)))
+                    dp_z[i_t, i_i, i_j] = (dp_z[i_t, i_i, i_j] / (dp_sum_i[i_t, i_j] + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 T.reduce_sum(dp_z, dp_sum_j, dim=2)
                 for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
                     dp_prod[i_t, i_i, i_j] = (dp[i_t, i_i, i_j] * dp_z[i_t, i_i, i_j])
                 T.reduce_sum(dp_prod, dp_dot_j, dim=2)
                 for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                    dp[i_t, i_i, i_j] = ((dp[i_t, i_i, i_j] - (dp_dot_j[i_t, i_i] / (dp_sum_j[i_t, i_i] + T.float32(eps)))) / (dp_sum_j[i_t, i_i] + T.float32(eps)))
+                    dp[i_t, i_i, i_j] = ((dp[i_t, i_i, i_j] - (dp_dot_j[i_t, i_i] / (dp_sum_j[i_t, i_i] + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))) / (dp_sum_j[i_t, i_i] + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 T.reduce_sum(dp_za, dp_sum_i, dim=1)
                 for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
                     dp_prod[i_t, i_i, i_j] = (dp[i_t, i_i, i_j] * dp_za[i_t, i_i, i_j])
                 T.reduce_sum(dp_prod, dp_dot_i, dim=1)
                 for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                    dp[i_t, i_i, i_j] = ((dp[i_t, i_i, i_j] - (dp_dot_i[i_t, i_j] / (dp_sum_i[i_t, i_j] + T.float32(eps)))) / (dp_sum_i[i_t, i_j] + T.float32(eps)))
+                    dp[i_t, i_i, i_j] = ((dp[i_t, i_i, i_j] - (dp_dot_i[i_t, i_j] / (dp_sum_i[i_t, i_j] + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))) / (dp_sum_i[i_t, i_j] + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
             for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
                 dps[i_t, i_i, i_j] = (dp[i_t, i_i, i_j] * sm[i_t, i_i, i_j])
             T.reduce_sum(dps, sd, dim=2)

@@ -9,6 +9,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 import tilelang.language as T
 
 from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import f32_bits
 
 TARGET = 'c'
 PASS_CONFIGS = {'tirx.disable_vectorize': True}
@@ -77,7 +78,7 @@ def build_base(E, K, routed_scaling_factor, *, threads=1, block_t=1):
                 for i_t in T.grid(B_t):
                     rho[i_t] = (rho[i_t] + T.Select((T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(topk_idx[(b_t * B_t + i_t), r_j], "int64"), T.int64(0)) >= T.int64(0)), (T.if_then_else(((b_t * B_t + i_t) < N_t), grad_topk_weights[(b_t * B_t + i_t), r_j], T.float32(0.0)) * T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_j], T.float32(0.0))), T.float32(0.0)))
             for i_t, i_j in T.grid(B_t, B_j):
-                per_slot[i_t, i_j] = T.Select(valid[i_t, i_j], (((T.float32(routed_scaling_factor) * g[i_t, i_j]) - rho[i_t]) / den[i_t]), T.float32(0.0))
+                per_slot[i_t, i_j] = T.Select(valid[i_t, i_j], (((T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32") * g[i_t, i_j]) - rho[i_t]) / den[i_t]), T.float32(0.0))
             for i_t, i_e, i_j in T.grid(B_t, B_e, B_j):
                 hit[i_t, i_e, i_j] = T.Select((ids[i_t, i_j] == T.cast(i_e, "int64")), per_slot[i_t, i_j], T.float32(0.0))
             for i_t, i_e in T.grid(B_t, B_e):

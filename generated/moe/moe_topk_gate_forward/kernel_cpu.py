@@ -9,6 +9,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 import tilelang.language as T
 
 from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import f32_bits
 from ...common.tilelang_helpers import order_key
 
 TARGET = 'c'
@@ -84,7 +85,7 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, *, threads=64, blo
                 _t2[i_t] = _t2_tree[i_t, T.int32(0)]
                 den[i_t] = (_t2[i_t] + T.float32(1e-20))
             for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_s in T.grid(B_s):
                 slot[i_s] = (b_s * B_s + i_s)
             for i_t, i_j in T.grid(B_t, B_j):
@@ -182,7 +183,7 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, threads=64
                 _t2[i_t] = _t2_tree[i_t, T.int32(0)]
                 den[i_t] = (_t2[i_t] + T.float32(1e-20))
             for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_s in T.grid(B_s):
                 slot[i_s] = (b_s * B_s + i_s)
             for i_t, i_j in T.grid(B_t, B_j):
@@ -280,7 +281,7 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, *, threads=64
                 _t2[i_t] = _t2_tree[i_t, T.int32(0)]
                 den[i_t] = (_t2[i_t] + T.float32(1e-20))
             for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_s in T.grid(B_s):
                 slot[i_s] = (b_s * B_s + i_s)
             for i_t, i_j in T.grid(B_t, B_j):
@@ -385,7 +386,7 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, 
                 _t2[i_t] = _t2_tree[i_t, T.int32(0)]
                 den[i_t] = (_t2[i_t] + T.float32(1e-20))
             for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_s in T.grid(B_s):
                 slot[i_s] = (b_s * B_s + i_s)
             for i_t, i_j in T.grid(B_t, B_j):

@@ -9,6 +9,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 import tilelang.language as T
 
 from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import f32_bits
 from ...common.tilelang_helpers import order_key
 
 TARGET = 'c'
@@ -176,7 +177,7 @@ def build_sigmoid(E, num_topk, num_groups, num_topk_groups, routed_scaling_facto
                 for i_t in T.grid(B_t):
                     den[i_t] = (den[i_t] + picked_by_j[i_t, r_j])
             for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 local[i_t, i_j] = (sel[i_t, i_j] - (T.int32(tp_rank) * T.int32(per_rank)))
                 remapped[i_t, i_j] = (local[i_t, i_j] - (T.Select((T.int32(per_dp) == T.int32(0)), T.int32(0), T.Select((T.int32(per_dp) == T.int32(-1)), (-local[i_t, i_j]), T.floordiv(local[i_t, i_j], T.Select(((T.int32(per_dp) == T.int32(0)) | (T.int32(per_dp) == T.int32(-1))), T.int32(1), T.int32(per_dp))))) * (T.int32(per_dp) - T.int32(per_rank))))
                 mine[i_t, i_j] = ((T.Select(((T.int32(num_tp_ranks) == T.int32(0)) | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(0), T.floormod(T.Select((T.int32(per_rank) == T.int32(0)), T.int32(0), T.Select((T.int32(per_rank) == T.int32(-1)), (-sel[i_t, i_j]), T.floordiv(sel[i_t, i_j], T.Select(((T.int32(per_rank) == T.int32(0)) | (T.int32(per_rank) == T.int32(-1))), T.int32(1), T.int32(per_rank))))), T.Select(((T.int32(num_tp_ranks) == T.int32(0)) | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(1), T.int32(num_tp_ranks)))) == T.int32(tp_rank)) & (remapped[i_t, i_j] >= T.int32(0)))
@@ -355,7 +356,7 @@ def build_sigmoid_with_mask(E, num_topk, num_groups, num_topk_groups, routed_sca
                 for i_t in T.grid(B_t):
                     den[i_t] = (den[i_t] + picked_by_j[i_t, r_j])
             for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 local[i_t, i_j] = (sel[i_t, i_j] - (T.int32(tp_rank) * T.int32(per_rank)))
                 remapped[i_t, i_j] = (local[i_t, i_j] - (T.Select((T.int32(per_dp) == T.int32(0)), T.int32(0), T.Select((T.int32(per_dp) == T.int32(-1)), (-local[i_t, i_j]), T.floordiv(local[i_t, i_j], T.Select(((T.int32(per_dp) == T.int32(0)) | (T.int32(per_dp) == T.int32(-1))), T.int32(1), T.int32(per_dp))))) * (T.int32(per_dp) - T.int32(per_rank))))
                 mine[i_t, i_j] = ((T.Select(((T.int32(num_tp_ranks) == T.int32(0)) | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(0), T.floormod(T.Select((T.int32(per_rank) == T.int32(0)), T.int32(0), T.Select((T.int32(per_rank) == T.int32(-1)), (-sel[i_t, i_j]), T.floordiv(sel[i_t, i_j], T.Select(((T.int32(per_rank) == T.int32(0)) | (T.int32(per_rank) == T.int32(-1))), T.int32(1), T.int32(per_rank))))), T.Select(((T.int32(num_tp_ranks) == T.int32(0)) | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(1), T.int32(num_tp_ranks)))) == T.int32(tp_rank)) & (remapped[i_t, i_j] >= T.int32(0)))
@@ -527,7 +528,7 @@ def build_sqrtsoftplus(E, num_topk, num_groups, num_topk_groups, routed_scaling_
                 for i_t in T.grid(B_t):
                     den[i_t] = (den[i_t] + picked_by_j[i_t, r_j])
             for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 local[i_t, i_j] = (sel[i_t, i_j] - (T.int32(tp_rank) * T.int32(per_rank)))
                 remapped[i_t, i_j] = (local[i_t, i_j] - (T.Select((T.int32(per_dp) == T.int32(0)), T.int32(0), T.Select((T.int32(per_dp) == T.int32(-1)), (-local[i_t, i_j]), T.floordiv(local[i_t, i_j], T.Select(((T.int32(per_dp) == T.int32(0)) | (T.int32(per_dp) == T.int32(-1))), T.int32(1), T.int32(per_dp))))) * (T.int32(per_dp) - T.int32(per_rank))))
                 mine[i_t, i_j] = ((T.Select(((T.int32(num_tp_ranks) == T.int32(0)) | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(0), T.floormod(T.Select((T.int32(per_rank) == T.int32(0)), T.int32(0), T.Select((T.int32(per_rank) == T.int32(-1)), (-sel[i_t, i_j]), T.floordiv(sel[i_t, i_j], T.Select(((T.int32(per_rank) == T.int32(0)) | (T.int32(per_rank) == T.int32(-1))), T.int32(1), T.int32(per_rank))))), T.Select(((T.int32(num_tp_ranks) == T.int32(0)) | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(1), T.int32(num_tp_ranks)))) == T.int32(tp_rank)) & (remapped[i_t, i_j] >= T.int32(0)))
@@ -706,7 +707,7 @@ def build_sqrtsoftplus_with_mask(E, num_topk, num_groups, num_topk_groups, route
                 for i_t in T.grid(B_t):
                     den[i_t] = (den[i_t] + picked_by_j[i_t, r_j])
             for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 local[i_t, i_j] = (sel[i_t, i_j] - (T.int32(tp_rank) * T.int32(per_rank)))
                 remapped[i_t, i_j] = (local[i_t, i_j] - (T.Select((T.int32(per_dp) == T.int32(0)), T.int32(0), T.Select((T.int32(per_dp) == T.int32(-1)), (-local[i_t, i_j]), T.floordiv(local[i_t, i_j], T.Select(((T.int32(per_dp) == T.int32(0)) | (T.int32(per_dp) == T.int32(-1))), T.int32(1), T.int32(per_dp))))) * (T.int32(per_dp) - T.int32(per_rank))))
                 mine[i_t, i_j] = ((T.Select(((T.int32(num_tp_ranks) == T.int32(0)) | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(0), T.floormod(T.Select((T.int32(per_rank) == T.int32(0)), T.int32(0), T.Select((T.int32(per_rank) == T.int32(-1)), (-sel[i_t, i_j]), T.floordiv(sel[i_t, i_j], T.Select(((T.int32(per_rank) == T.int32(0)) | (T.int32(per_rank) == T.int32(-1))), T.int32(1), T.int32(per_rank))))), T.Select(((T.int32(num_tp_ranks) == T.int32(0)) | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(1), T.int32(num_tp_ranks)))) == T.int32(tp_rank)) & (remapped[i_t, i_j] >= T.int32(0)))
@@ -897,7 +898,7 @@ def build_softmax(E, num_topk, num_groups, num_topk_groups, routed_scaling_facto
                 for i_t in T.grid(B_t):
                     den[i_t] = (den[i_t] + picked_by_j[i_t, r_j])
             for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 local[i_t, i_j] = (sel[i_t, i_j] - (T.int32(tp_rank) * T.int32(per_rank)))
                 remapped[i_t, i_j] = (local[i_t, i_j] - (T.Select((T.int32(per_dp) == T.int32(0)), T.int32(0), T.Select((T.int32(per_dp) == T.int32(-1)), (-local[i_t, i_j]), T.floordiv(local[i_t, i_j], T.Select(((T.int32(per_dp) == T.int32(0)) | (T.int32(per_dp) == T.int32(-1))), T.int32(1), T.int32(per_dp))))) * (T.int32(per_dp) - T.int32(per_rank))))
                 mine[i_t, i_j] = ((T.Select(((T.int32(num_tp_ranks) == T.int32(0)) | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(0), T.floormod(T.Select((T.int32(per_rank) == T.int32(0)), T.int32(0), T.Select((T.int32(per_rank) == T.int32(-1)), (-sel[i_t, i_j]), T.floordiv(sel[i_t, i_j], T.Select(((T.int32(per_rank) == T.int32(0)) | (T.int32(per_rank) == T.int32(-1))), T.int32(1), T.int32(per_rank))))), T.Select(((T.int32(num_tp_ranks) == T.int32(0)) | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(1), T.int32(num_tp_ranks)))) == T.int32(tp_rank)) & (remapped[i_t, i_j] >= T.int32(0)))
@@ -1095,7 +1096,7 @@ def build_softmax_with_mask(E, num_topk, num_groups, num_topk_groups, routed_sca
                 for i_t in T.grid(B_t):
                     den[i_t] = (den[i_t] + picked_by_j[i_t, r_j])
             for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
                 local[i_t, i_j] = (sel[i_t, i_j] - (T.int32(tp_rank) * T.int32(per_rank)))
                 remapped[i_t, i_j] = (local[i_t, i_j] - (T.Select((T.int32(per_dp) == T.int32(0)), T.int32(0), T.Select((T.int32(per_dp) == T.int32(-1)), (-local[i_t, i_j]), T.floordiv(local[i_t, i_j], T.Select(((T.int32(per_dp) == T.int32(0)) | (T.int32(per_dp) == T.int32(-1))), T.int32(1), T.int32(per_dp))))) * (T.int32(per_dp) - T.int32(per_rank))))
                 mine[i_t, i_j] = ((T.Select(((T.int32(num_tp_ranks) == T.int32(0)) | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(0), T.floormod(T.Select((T.int32(per_rank) == T.int32(0)), T.int32(0), T.Select((T.int32(per_rank) == T.int32(-1)), (-sel[i_t, i_j]), T.floordiv(sel[i_t, i_j], T.Select(((T.int32(per_rank) == T.int32(0)) | (T.int32(per_rank) == T.int32(-1))), T.int32(1), T.int32(per_rank))))), T.Select(((T.int32(num_tp_ranks) == T.int32(0)) | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(1), T.int32(num_tp_ranks)))) == T.int32(tp_rank)) & (remapped[i_t, i_j] >= T.int32(0)))

@@ -9,6 +9,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 import tilelang.language as T
 
 from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import f32_bits
 from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 TARGET = 'c'
@@ -61,7 +62,7 @@ def build_base(H, out_scale, grad_out_dtype, *, threads=1, block_t=1, blocks=4):
                 for i_t, i_h in T.grid(B_t, B_h):
                     _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
-                    g[i_t, i_h] = (_t1[i_t, i_h] * T.float32(out_scale))
+                    g[i_t, i_h] = (_t1[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))
                     p[i_t, i_h] = (xhat[i_t, i_h] * g[i_t, i_h])
                 T.reduce_sum(p, dot_tile, dim=1)
                 for i_t in T.grid(B_t):
@@ -69,7 +70,7 @@ def build_base(H, out_scale, grad_out_dtype, *, threads=1, block_t=1, blocks=4):
                         dot[(b_t * B_t + i_t)] = dot_tile[i_t]
                 for i_t, i_h in T.grid(B_t, B_h):
                     if ((b_t * B_t + i_t) < N_t):
-                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out(((g[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]))
+                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out(((g[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")))) * r[i_t]))
                     q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
                 T.reduce_sum(q, weight_grad_tile, dim=0)
                 for i_h in T.grid(B_h):
@@ -136,7 +137,7 @@ def build_with_grad_residual(H, out_scale, grad_out_dtype, *, threads=1, block_t
                 for i_t, i_h in T.grid(B_t, B_h):
                     _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
-                    g[i_t, i_h] = (_t1[i_t, i_h] * T.float32(out_scale))
+                    g[i_t, i_h] = (_t1[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))
                     p[i_t, i_h] = (xhat[i_t, i_h] * g[i_t, i_h])
                 T.reduce_sum(p, dot_tile, dim=1)
                 for i_t in T.grid(B_t):
@@ -146,7 +147,7 @@ def build_with_grad_residual(H, out_scale, grad_out_dtype, *, threads=1, block_t
                     _t3[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(grad_residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
                     if ((b_t * B_t + i_t) < N_t):
-                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out((((g[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
+                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out((((g[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")))) * r[i_t]) + _t3[i_t, i_h]))
                     q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
                 T.reduce_sum(q, weight_grad_tile, dim=0)
                 for i_h in T.grid(B_h):
@@ -216,7 +217,7 @@ def build_with_weight(H, out_scale, grad_out_dtype, *, threads=1, block_t=1, blo
                 for i_t, i_h in T.grid(B_t, B_h):
                     _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
-                    g[i_t, i_h] = (_t1[i_t, i_h] * T.float32(out_scale))
+                    g[i_t, i_h] = (_t1[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))
                     gw[i_t, i_h] = (g[i_t, i_h] * _t2[i_h])
                     p[i_t, i_h] = (xhat[i_t, i_h] * gw[i_t, i_h])
                 T.reduce_sum(p, dot_tile, dim=1)
@@ -225,7 +226,7 @@ def build_with_weight(H, out_scale, grad_out_dtype, *, threads=1, block_t=1, blo
                         dot[(b_t * B_t + i_t)] = dot_tile[i_t]
                 for i_t, i_h in T.grid(B_t, B_h):
                     if ((b_t * B_t + i_t) < N_t):
-                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out(((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]))
+                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out(((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")))) * r[i_t]))
                     q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
                 T.reduce_sum(q, weight_grad_tile, dim=0)
                 for i_h in T.grid(B_h):
@@ -297,7 +298,7 @@ def build_with_weight_with_grad_residual(H, out_scale, grad_out_dtype, *, thread
                 for i_t, i_h in T.grid(B_t, B_h):
                     _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
-                    g[i_t, i_h] = (_t1[i_t, i_h] * T.float32(out_scale))
+                    g[i_t, i_h] = (_t1[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))
                     gw[i_t, i_h] = (g[i_t, i_h] * _t2[i_h])
                     p[i_t, i_h] = (xhat[i_t, i_h] * gw[i_t, i_h])
                 T.reduce_sum(p, dot_tile, dim=1)
@@ -308,7 +309,7 @@ def build_with_weight_with_grad_residual(H, out_scale, grad_out_dtype, *, thread
                     _t3[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(grad_residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
                     if ((b_t * B_t + i_t) < N_t):
-                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
+                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out((((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")))) * r[i_t]) + _t3[i_t, i_h]))
                     q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
                 T.reduce_sum(q, weight_grad_tile, dim=0)
                 for i_h in T.grid(B_h):

@@ -9,6 +9,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 import tilelang.language as T
 
 from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import f32_bits
 from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 TARGET = 'c'
@@ -45,12 +46,12 @@ def build_base(H, eps, out_scale, x_dtype, *, threads=1, block_t=1):
                 s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
             T.reduce_sum(s2, _t2, dim=1)
             for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.float32(H)) + T.float32(eps)))
+                rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t]) * T.float32(out_scale)))
+                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t]) * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32")))
 
     return kernel
 
@@ -91,12 +92,12 @@ def build_with_residual(H, eps, out_scale, x_dtype, *, threads=1, block_t=1):
                 s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
             T.reduce_sum(s2, _t2, dim=1)
             for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.float32(H)) + T.float32(eps)))
+                rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t]) * T.float32(out_scale)))
+                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t]) * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32")))
 
     return kernel
 
@@ -132,14 +133,14 @@ def build_with_weight(H, eps, out_scale, x_dtype, *, threads=1, block_t=1):
                 s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
             T.reduce_sum(s2, _t2, dim=1)
             for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.float32(H)) + T.float32(eps)))
+                rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_h in T.grid(B_h):
                 _t3[i_h] = LOAD_x(weight[i_h])
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t]) * (_t3[i_h] * T.float32(out_scale))))
+                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t]) * (_t3[i_h] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))))
 
     return kernel
 
@@ -182,13 +183,13 @@ def build_with_weight_with_residual(H, eps, out_scale, x_dtype, *, threads=1, bl
                 s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
             T.reduce_sum(s2, _t2, dim=1)
             for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.float32(H)) + T.float32(eps)))
+                rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_h in T.grid(B_h):
                 _t3[i_h] = LOAD_x(weight[i_h])
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t]) * (_t3[i_h] * T.float32(out_scale))))
+                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t]) * (_t3[i_h] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))))
 
     return kernel

@@ -9,6 +9,7 @@ runtime symbol, so one compiled kernel serves every row count. Keyword arguments
 import tilelang.language as T
 
 from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import f32_bits
 from ...common.tilelang_helpers import decode_bf16, encode_bf16, encode_e4m3
 
 TARGET = 'c'
@@ -55,11 +56,11 @@ def build_e4m3_fp32(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
+                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale))))
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -120,11 +121,11 @@ def build_e4m3_fp32_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
+                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale))))
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -180,13 +181,13 @@ def build_e4m3_fp32_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1,
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
+                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.grid(B_g, B_c):
                 _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale)))))
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32")))))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -249,13 +250,13 @@ def build_e4m3_fp32_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
+                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.grid(B_g, B_c):
                 _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale)))))
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32")))))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -309,11 +310,11 @@ def build_e4m3_pow2(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
+                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale))))
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -374,11 +375,11 @@ def build_e4m3_pow2_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
+                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale))))
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -434,13 +435,13 @@ def build_e4m3_pow2_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1,
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
+                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.grid(B_g, B_c):
                 _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale)))))
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32")))))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -503,13 +504,13 @@ def build_e4m3_pow2_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
+                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.grid(B_g, B_c):
                 _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale)))))
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32")))))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -567,11 +568,11 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1)
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
+                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale))))
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -640,11 +641,11 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
+                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale))))
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -708,13 +709,13 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
+                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.grid(B_g, B_c):
                 _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale)))))
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32")))))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
@@ -785,13 +786,13 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
+                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if ((b_t * B_t + i_t) < N_t):
                     rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.grid(B_g, B_c):
                 _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale)))))
+                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32")))))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0), y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):

@@ -5,15 +5,11 @@ it (see tkgen/compat/__init__.py)."""
 import sys
 
 from .._missing import module
-from . import config, moe, quant
+from . import config, engram, moe, quant
 from .config import *  # noqa: F401,F403  (TileKernels re-exports its knobs at the top)
 
 RELEASE = "2.1.0"
 
-engram = module(__name__ + ".engram", RELEASE, [
-    "fused_weight", "engram_gate_bwd", "engram_gate_fwd", "grad_w_reduce", "engram_hash",
-    "engram_sinkhorn_finalize", "engram_sinkhorn_momentum_update", "engram_sinkhorn_step",
-    "engram_sinkhorn_step_reduce"])
 mhc = module(__name__ + ".mhc", RELEASE, [
     "expand_to_mhc_bwd", "expand_to_mhc_fwd", "mhc_head_compute_mix_bwd", "mhc_head_compute_mix_fwd",
     "mhc_multilayer_recompute", "mhc_fn_normw_merge_bwd", "mhc_fn_normw_merge_fwd",
@@ -29,7 +25,7 @@ modeling = module(__name__ + ".modeling", RELEASE, [])
 modeling.engram = module(__name__ + ".modeling.engram", RELEASE, ["EngramGateFn", "engram_gate"])
 rand = module(__name__ + ".rand", RELEASE, ["randn", "randn_like", "set_seed"])
 transform = module(__name__ + ".transform", RELEASE, ["apply_rotary"])
-for _m in (engram, mhc, modeling, modeling.engram, rand, transform):
+for _m in (mhc, modeling, modeling.engram, rand, transform):
     sys.modules[_m.__name__] = _m          # `from tkgen.compat.tilekernels.rand import randn` works too
 
 __all__ = ["config", "engram", "mhc", "modeling", "moe", "quant", "rand", "transform", *config.__all__]

@@ -5,19 +5,21 @@ built raises NotImplementedError naming it (see tkgen/compat/__init__.py)."""
 import sys
 
 from .._missing import module
-from . import mhc_modeling, mhc_ops, moe, quant, transpose
+from .. import _engram
+from . import engram, mhc_modeling, mhc_ops, moe, quant, transpose
 
 RELEASE = "1.0"
 
-engram = module(__name__ + ".engram", RELEASE, ["fused_weight", "engram_gate_fwd", "engram_gate_bwd",
-                                                "grad_w_reduce", "engram_hash"])
 mhc = module(__name__ + ".mhc", RELEASE, [], doc="TileKernels 1.0's `mhc`: an empty package; its kernels are "
                                                  "reached through modeling.mhc.ops.")
 modeling = module(__name__ + ".modeling", RELEASE, [])
-modeling.engram = module(__name__ + ".modeling.engram", RELEASE, ["engram_gate", "EngramGateFn"])
+modeling.engram = module(__name__ + ".modeling.engram", RELEASE, [],
+                         doc="TileKernels 1.0's `modeling.engram`: the gate composite on tkgen's kernels.")
+modeling.engram.engram_gate, modeling.engram.EngramGateFn = _engram.engram_gate, _engram.EngramGateFn
+modeling.engram.__all__ = ["engram_gate", "EngramGateFn"]
 modeling.mhc = mhc_modeling
 modeling.mhc.ops = mhc_ops
-for _m in (engram, mhc, modeling, modeling.engram):
+for _m in (mhc, modeling, modeling.engram):
     sys.modules[_m.__name__] = _m
 sys.modules[__name__ + ".modeling.mhc"] = mhc_modeling      # real modules, importable by TileKernels' paths
 sys.modules[__name__ + ".modeling.mhc.ops"] = mhc_ops

@@ -1,0 +1,274 @@
+"""The Engram family beyond the property tests: the hash against Python's big integers over the whole int64
+range, the gate's z == 0 sign and clamp edges, the inference form's bits, the gradients of the composite
+against float64 autograd, deterministic backward passes, and the TileKernels-compatible API."""
+import math
+
+import pytest
+import torch
+
+import tkgen.compat.tilekernels as tk
+import tkgen.compat.tilekernels_v1 as tk1
+import tkgen.ops as ops
+
+g = torch.Generator().manual_seed(13)
+
+
+def bf16(*shape):
+    return torch.randn(*shape, generator=g).to(torch.bfloat16)
+
+
+def full_int(shape, bits):
+    """Integers over the whole range of a signed `bits`-bit type (both ends included)."""
+    top = torch.randint(-2 ** 31, 2 ** 31, shape, generator=g, dtype=torch.int64)
+    x = (top << 32) | torch.randint(0, 2 ** 32, shape, generator=g, dtype=torch.int64)
+    if bits == 32:
+        x = x >> 32
+    x.view(-1)[:2] = torch.tensor([-2 ** (bits - 1), 2 ** (bits - 1) - 1])
+    return x.to(torch.int32 if bits == 32 else torch.int64)
+
+
+def hash_oracle(ids, mult, vocab, offsets):
+    """Python integers: products wrapped to int64, xor, floor modulo (0 for a zero divisor), wrapped to int32."""
+    wrap = lambda x, b: (x + 2 ** (b - 1)) % 2 ** b - 2 ** (b - 1)  # noqa: E731
+    L, N = mult.shape
+    T, M = ids.shape[0], vocab.shape[2]
+    out = torch.empty(L, T, (N - 1) * M, dtype=torch.int32)
+    for l in range(L):
+        for t in range(T):
+            h = 0
+            for i in range(N):
+                h ^= wrap(int(ids[t, i]) * int(mult[l, i]), 64)
+                for j in range(M if i else 0):
+                    m = int(vocab[l, i - 1, j])
+                    out[l, t, (i - 1) * M + j] = wrap((h % m if m else 0) + int(offsets[l, (i - 1) * M + j]), 32)
+    return out
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["tilekernels-range", "int64-range"])
+def test_hash_against_big_integers(wide):
+    T, L, N, M = 9, 2, 3, 4
+    if wide:
+        ids, mult = full_int((T, N), 32), full_int((L, N), 64)
+        vocab, offsets = full_int((L, N - 1, M), 32), full_int((L, (N - 1) * M), 32)
+        vocab.view(-1)[2] = 0
+    else:       # TileKernels' test ranges, offsets its make_offsets (a prefix sum of the vocabulary sizes)
+        ids = torch.randint(0, 100000, (T, N), generator=g, dtype=torch.int32)
+        mult = torch.randint(0, 100000, (L, N), generator=g, dtype=torch.int64)
+        vocab = torch.randint(100000, 1000000, (L, N - 1, M), generator=g, dtype=torch.int32)
+        offsets = (vocab.reshape(L, -1).cumsum(1) - vocab.reshape(L, -1)).to(torch.int32)
+    got = tk1.engram.engram_hash(ids, mult, vocab, offsets)
+    assert got.dtype == torch.int32 and got.shape == (L, T, (N - 1) * M)
+    assert torch.equal(got, hash_oracle(ids, mult, vocab, offsets))
+    assert torch.equal(tk.engram.engram_hash(ids, mult, vocab, offsets), got)
+
+
+def gate_inputs(T=5, hc=4, D=64):
+    x, k, v = bf16(T, hc, D), bf16(T, hc, D), bf16(T, D)
+    wh, we = bf16(hc, D), bf16(hc, D)
+    return x, k, v, wh, we
+
+
+def test_fused_weight_is_the_exact_product():
+    _, _, _, wh, we = gate_inputs()
+    got = tk1.engram.fused_weight(wh, we)
+    assert got.dtype == torch.float32 and torch.equal(got, (wh.double() * we.double()).float())
+
+
+def test_zero_row_takes_the_positive_root_and_the_no_save_form_has_the_same_bits():
+    x, k, v, wh, we = gate_inputs()
+    x[1] = 0                            # dot = 0, z = 0: TileKernels' kernel takes +sqrt(clamp)
+    w = ops.fused_weight(wh, we)
+    clamp = 0.25
+    out, dot, gate, rstd_x, rstd_k = tk1.engram.engram_gate_fwd(x, k, v, w, 1e-20, clamp)
+    assert bool((dot[1] == 0).all())
+    want = 1 / (1 + math.exp(-math.sqrt(clamp)))
+    torch.testing.assert_close(gate[1], torch.full_like(gate[1], want), rtol=1e-6, atol=0)
+    lean = tk1.engram.engram_gate_fwd(x, k, v, w, 1e-20, clamp, save_for_backward=False)
+    assert lean[1:] == (None, None, None, None)
+    assert torch.equal(lean[0].view(torch.int16), out.view(torch.int16))
+
+
+def test_clamp_edge_holds_the_gate_and_stops_its_gradient():
+    """|z| under the clamp: every such gate is sigmoid(+-sqrt(clamp)) and its gradient is zero, so grad_k is
+    0 and grad_x is grad_out there, bit for bit."""
+    x, k, v, wh, we = gate_inputs(T=8)
+    w = ops.fused_weight(wh, we)
+    clamp = 0.5
+    out, dot, gate, rstd_x, rstd_k = ops.engram_gate_fwd(x, k, v, w, clamp_value=clamp)
+    z = dot * rstd_x * rstd_k / math.sqrt(x.shape[-1])
+    inside = z.abs() < 0.9 * clamp
+    assert bool(inside.any()) and bool((~inside).any())
+    for sign in (1, -1):
+        held = gate[inside & (sign * z >= 0)]
+        torch.testing.assert_close(held, torch.full_like(held, 1 / (1 + math.exp(-sign * math.sqrt(clamp)))),
+                                   rtol=1e-6, atol=0)
+    go = bf16(*x.shape)
+    grad_x, grad_k, grad_v, grad_w = ops.engram_gate_bwd(go, x, k, v, w, dot, gate, rstd_x, rstd_k, clamp_value=clamp)
+    assert bool((grad_k[inside] == 0).all())
+    assert torch.equal(grad_x[inside].view(torch.int16), go[inside].view(torch.int16))
+
+
+def gate_f64(x, k, v, wh, we, clamp, eps):
+    """The gate in float64 from its definition (RMSNorm, scaled dot, signed square root, sigmoid)."""
+    D = x.shape[-1]
+    rx = torch.rsqrt((x * x).mean(-1) + eps)
+    rk = torch.rsqrt((k * k).mean(-1) + eps)
+    z = (x * (wh * we) * k).sum(-1) * rx * rk / math.sqrt(D)
+    s = torch.where(z < 0, -1.0, 1.0) * torch.sqrt(torch.clamp(z.abs(), min=clamp))
+    return x + torch.sigmoid(s)[..., None] * v[..., None, :]
+
+
+def calc_diff(a, b):
+    """TileKernels' normwise difference: 1 - 2 sum(a b) / sum(a^2 + b^2), in float64."""
+    a, b = a.detach().double(), b.detach().double()
+    den = (a * a + b * b).sum()
+    return float(1 - 2 * (a * b).sum() / den) if den else 0.0
+
+
+def test_composite_gradients_against_float64_autograd_and_deterministic():
+    """bf16 results and gradients: a relative error of about 2^-9 per element gives calc_diff ~ 1e-6, so
+    the bound is 1e-5 (the weight gradients are float32, far closer)."""
+    x, k, v, wh, we = gate_inputs(T=2 * 3, hc=4, D=64)
+    x, k, v = x.reshape(2, 3, 4, 64), k.reshape(2, 3, 4, 64), v.reshape(2, 3, 64)
+    clamp, eps = 1e-6, 1e-20
+    leaves = [t.clone().requires_grad_() for t in (x, k, v, wh, we)]
+    out = tk1.modeling.engram.engram_gate(*leaves, clamp, eps)
+    go = bf16(*out.shape)
+    out.backward(go)
+    ref_leaves = [t.double().requires_grad_() for t in (x, k, v, wh, we)]
+    ref = gate_f64(*ref_leaves, clamp, eps)
+    ref.backward(go.double())
+    assert out.dtype == torch.bfloat16 and out.shape == x.shape
+    assert calc_diff(out, ref) < 1e-5
+    for got, want in zip(leaves, ref_leaves):
+        assert got.grad.shape == got.shape
+        assert calc_diff(got.grad, want.grad) < 1e-5, calc_diff(got.grad, want.grad)
+    first = [t.grad.clone() for t in leaves]
+    for t in leaves:
+        t.grad = None
+    tk1.modeling.engram.engram_gate(*leaves, clamp, eps).backward(go)
+    for a, t in zip(first, leaves):
+        assert torch.equal(a.view(torch.uint8), t.grad.view(torch.uint8))
+
+
+def test_main_grad_is_accumulated_in_place():
+    """A weight with a float32 `main_grad` gets its gradient added there (and None as its .grad)."""
+    x, k, v, wh, we = gate_inputs(T=3)
+    wh, we = wh.clone().requires_grad_(), we.clone().requires_grad_()
+    start = torch.randn(wh.shape, generator=g)
+    wh.main_grad = start.clone()
+    go = bf16(*x.shape)
+    tk1.modeling.engram.engram_gate(x, k, v, wh, we, 1e-6, 1e-20).backward(go)
+    w = ops.fused_weight(wh.detach(), we.detach())
+    fwd = ops.engram_gate_fwd(x, k, v, w)
+    grad_w = ops.engram_gate_bwd(go, x, k, v, w, *fwd[1:], 1e-6)[3]
+    assert wh.grad is None and we.grad is not None
+    assert torch.equal(wh.main_grad, start + grad_w * we.detach().float())
+
+
+def test_grad_w_reduce_accumulates_in_place_in_order():
+    P, hc, D = 5, 4, 32
+    partial = torch.randn(P, hc, D, generator=g)
+    wh, we = bf16(hc, D), bf16(hc, D)
+    gh, ge = torch.randn(hc, D, generator=g), torch.randn(hc, D, generator=g)
+    gh0, ge0 = gh.clone(), ge.clone()
+    assert tk1.engram.grad_w_reduce(partial, wh, we, gh, ge) is None
+    r = partial[0].clone()
+    for p in range(1, P):
+        r = r + partial[p]
+    assert torch.equal(gh, gh0 + r * we.float()) and torch.equal(ge, ge0 + r * wh.float())
+    assert tk.engram.grad_w_reduce is tk1.engram.grad_w_reduce
+
+
+def test_backward_partials_sum_to_the_gradient():
+    """grad_w_partial is [1, hc, D], already reduced in block order: TileKernels' recipe (sum over the first
+    dim, then times the other weight) gives the gradient; a second call gives the same bits."""
+    x, k, v, wh, we = gate_inputs(T=7)
+    w = ops.fused_weight(wh, we)
+    fwd = ops.engram_gate_fwd(x, k, v, w)
+    go = bf16(*x.shape)
+    args = (go, x, k, v, w, *fwd[1:], 1e-6)
+    a, b = tk1.engram.engram_gate_bwd(*args), tk1.engram.engram_gate_bwd(*args)
+    assert a[3].shape == (1, 4, 64)
+    for s, t in zip(a, b):
+        assert torch.equal(s.view(torch.uint8), t.view(torch.uint8))
+    with pytest.raises(NotImplementedError, match="engram.engram_gate_fwd is not built"):
+        tk.engram.engram_gate_fwd(x)
+
+
+def test_nn_engram_gate_is_the_composite():
+    import tkgen.nn as nn
+    x, k, v, wh, we = gate_inputs(T=4)
+    mod = nn.EngramGate(4, 64)
+    with torch.no_grad():
+        mod.weight_hidden.copy_(wh)
+        mod.weight_embed.copy_(we)
+    xs = x.clone().requires_grad_()
+    out = mod(xs, k, v)
+    want = tk1.modeling.engram.engram_gate(x, k, v, wh, we, 1e-6, 1e-20)
+    assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+    out.float().sum().backward()
+    assert xs.grad.shape == x.shape and mod.weight_hidden.grad.shape == wh.shape
+
+
+def test_in_place_op_declares_what_it_mutates():
+    """grad_w_reduce writes into its accumulators (`into:`): torch.library's schema says so (mutates_args),
+    and opcheck holds the op's eager, fake and dispatcher forms to it."""
+    P, hc, D = 3, 2, 16
+    args = (torch.randn(P, hc, D, generator=g), bf16(hc, D), bf16(hc, D), torch.randn(hc, D, generator=g),
+            torch.randn(hc, D, generator=g))
+    schema = str(torch.ops.tkgen.grad_w_reduce.default._schema)
+    assert "Tensor(a3!) grad_weight_hidden" in schema and "Tensor(a4!) grad_weight_embed" in schema
+    assert schema.endswith("-> ()")
+    torch.library.opcheck(torch.ops.tkgen.grad_w_reduce.default, args,
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
+
+
+def test_composite_under_torch_compile():
+    """fullgraph: the forward and the backward trace through the torch.library ops (grad_w_reduce's
+    mutation included) and give eager's bits."""
+    import tkgen.nn.functional as F
+    x, k, v, wh, we = gate_inputs(T=3)
+    leaves = [t.clone().requires_grad_() for t in (x, k, v, wh, we)]
+    out = torch.compile(F.engram_gate, backend="aot_eager", fullgraph=True)(*leaves)
+    out.float().sum().backward()
+    compiled = [t.grad for t in leaves]
+    eager = [t.clone().requires_grad_() for t in (x, k, v, wh, we)]
+    want = F.engram_gate(*eager)
+    want.float().sum().backward()
+    assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+    for a, t in zip(compiled, eager):
+        assert torch.equal(a.view(torch.uint8), t.grad.view(torch.uint8))
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+@pytest.mark.parametrize("buffer_dtype", [torch.bfloat16, torch.float32])
+def test_sinkhorn_momentum_update_in_place(nesterov, buffer_dtype):
+    """The buffer takes fma(m, b, (1 - b) g) in its dtype; the result is float32, from the unrounded
+    update (an fma computed exactly in float64 and rounded once: the CPU kernel's fma, see numerics.md)."""
+    n, b = 2048 + 256, 0.95
+    grad = torch.randn(n, generator=g)
+    buf = torch.randn(n, generator=g).to(buffer_dtype)
+    m0 = buf.clone()
+    out = tk.engram.engram_sinkhorn_momentum_update(grad, buf, b) if nesterov else \
+        tk.engram.engram_sinkhorn_momentum_update(grad, buf, b, nesterov=False)
+    f32 = lambda v: torch.tensor(v, dtype=torch.float32).double()  # noqa: E731
+    c = (f32(1.0) - f32(b)).float().double()
+    m = (m0.double() * f32(b) + (c.float() * grad).double()).float()
+    look = (grad.double() * c + (f32(b).float() * m).double()).float()
+    assert torch.equal(buf, m.to(buffer_dtype))
+    assert out.dtype == torch.float32 and torch.equal(out, look if nesterov else m)
+
+
+def test_hash_image_tokens_are_minus_one():
+    """2.1.0's image_token_mask: image tokens (True) get -1 in every column; the others hash as without it."""
+    T, L, N, M = 7, 2, 3, 2
+    ids = torch.randint(0, 100000, (T, N), generator=g, dtype=torch.int32)
+    mult = torch.randint(0, 100000, (L, N), generator=g, dtype=torch.int64)
+    vocab = torch.randint(100000, 1000000, (L, N - 1, M), generator=g, dtype=torch.int32)
+    offsets = torch.randint(0, 1000, (L, (N - 1) * M), generator=g, dtype=torch.int32)
+    mask = torch.tensor([True, False, False, True, False, True, False])
+    got = tk.engram.engram_hash(ids, mult, vocab, offsets, image_token_mask=mask)
+    want = hash_oracle(ids, mult, vocab, offsets)
+    want[:, mask] = -1
+    assert torch.equal(got, want)
