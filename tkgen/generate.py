@@ -12,6 +12,7 @@ Layout of `generated/` (the importable package `tkgen_generated`):
 from __future__ import annotations
 
 import hashlib
+import textwrap
 from pathlib import Path
 from typing import Dict
 
@@ -23,6 +24,7 @@ from . import schedule as S
 from .autograd import plan as autograd_plan
 from .lower import lower_program
 from .checks import binding
+from .format_source import WIDTH, format_source
 from .print_tilelang import print_factory
 from .print_torch import print_reference
 from .printers import TileLangPrinter, TorchPrinter, function_lines
@@ -173,8 +175,9 @@ def op_module(catalog, spec, header):
     doc = docstring(catalog, spec)
     block = scale_block(spec)
     if block:
-        doc = doc.replace("\n    \n    Returns:", "\n        scale_block: the scale block as (rows, cols), in place of "
-                          f"{' and '.join(f'`{n}`' for n in block['names'])} (docs/api-conventions.md).\n    \n    Returns:")
+        entry = _wrap("    scale_block: the scale block as (rows, cols), in place of "
+                      f"{' and '.join(f'`{n}`' for n in block['names'])} (docs/api-conventions.md).", first=False)
+        doc = doc.replace("\n    \n    Returns:", "".join("\n    " + line for line in entry) + "\n    \n    Returns:")
     formats = [p.name for p in spec.params.values() if p.structural and set(map(str, p.choices or ())) & FORMAT_NAMES]
     return render("op.py.j2", header=header, op=spec, autograd=ag, scale_block=block, dtype_params=formats,
                   optional_inputs=spec.optional_inputs, static_params=[p.name for p in spec.params.values()], params=params, inputs=inputs, outputs=outputs, dims=dims,
@@ -269,8 +272,19 @@ def docstring(catalog, spec) -> str:
         lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{doc}{at}{when}")
     lines.append("")
     lines.append(f"Generated from {_rel(catalog, spec.path)}.")
+    lines = [w for i, line in enumerate(lines) for w in _wrap(line, first=i == 0)]
     # the body of a """...""" literal: free text may hold quotes and backslashes (docstring_literal)
     return docstring_literal("\n    ".join(line.replace('"""', "'''") for line in lines))
+
+
+def _wrap(line: str, first: bool) -> list:
+    """A docstring line (in a function body, 4 spaces in) within the line width: an indented entry
+    (`    name: ...`) continues 4 spaces deeper; the first line leaves room for the opening quotes."""
+    text = line.lstrip()
+    lead = line[:len(line) - len(text)]
+    width = WIDTH - 4 - (3 if first else 0)
+    return textwrap.wrap(text, width=width, initial_indent=lead, subsequent_indent=lead + ("    " if lead else ""),
+                         break_long_words=False, break_on_hyphens=False) or [""]
 
 
 def strategies_module(catalog, spec, header):
@@ -327,13 +341,14 @@ def _helpers_module(template, fns, printer, header):
     return render(template, header=header, functions=items)
 
 
-def render_all(catalog) -> Dict[Path, str]:
+def render_all(catalog, formatted: bool = True) -> Dict[Path, str]:
     """Every generated file, keyed by its path relative to the output directory."""
-    return render_modules(catalog, sorted(catalog.ops))
+    return render_modules(catalog, sorted(catalog.ops), formatted)
 
 
-def render_modules(catalog, ops) -> Dict[Path, str]:
-    """The shared files (archs, helpers, family packages) and every file of the operators `ops`."""
+def render_modules(catalog, ops, formatted: bool = True) -> Dict[Path, str]:
+    """The shared files (archs, helpers, family packages) and every file of the operators `ops`; with
+    `formatted`, long lines broken (tkgen/format_source.py), else as the printers write them."""
     out: Dict[Path, str] = {}
     shared = [(_rel(catalog, p), d.sha256) for p, d in sorted(catalog.documents.items()) if d.kind != "op"]
     common_header = _header("the formats and archs under specs/", shared)
@@ -367,7 +382,8 @@ def render_modules(catalog, ops) -> Dict[Path, str]:
         out[base / "__init__.py"] = f"{header}\nfrom .op import OP, invoke, {spec.name}  # noqa: F401\n"
     for fam in sorted(families):
         out[Path(fam) / "__init__.py"] = common_header + "\n"
-    return out
+    # the printers write a statement on one line: broken here within the width, the same code (its AST)
+    return {path: format_source(text) for path, text in out.items()} if formatted else out
 
 
 def write(catalog, out_dir, check_only=False):
