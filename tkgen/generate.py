@@ -23,6 +23,7 @@ from . import formats as F
 from . import schedule as S
 from .autograd import plan as autograd_plan
 from .lower import lower_program
+from .merge_variants import Printed, merge
 from .checks import binding
 from .format_source import WIDTH, format_source
 from .print_tilelang import print_factory
@@ -74,7 +75,7 @@ def naive_modules(catalog, spec):
 
 
 def kernel_module(catalog, spec, arch, header, naive=None):
-    factories, helpers = [], set()
+    printed, helpers = [], set()
     sched = S.resolve(spec, arch)
     for variant, program, module in naive or naive_modules(catalog, spec):
         try:
@@ -84,29 +85,36 @@ def kernel_module(catalog, spec, arch, header, naive=None):
                 ("schedule",) if spec.schedule else ("axes",)
             raise spec.doc_ref.error(where, f"the {arch.name} schedule: {e}") from None
         lines, used = print_factory(catalog, arch, scheduled, f"build_{spec.variant_name(variant)}")
-        factories.append("\n".join(lines))
+        printed.append(Printed(variant, f"build_{spec.variant_name(variant)}", lines))
         helpers |= used
-    return render("kernel.py.j2", header=header, op=spec.name, arch=arch, factories=factories,
+    # variants that differ only in a few statements share one factory (tkgen/merge_variants.py)
+    factories, aliases = merge(printed, spec.variant_name)
+    return render("kernel.py.j2", header=header, op=spec.name, arch=arch, factories=factories, aliases=aliases,
                   helpers=sorted(helpers), target=repr(arch.target),
                   pass_configs=repr(dict(sorted(arch.pass_configs.items()))),
                   compile_flags=repr(list(arch.compile_flags))), helpers
 
 
 def reference_module(catalog, spec, header, naive=None):
-    functions, variants, rows, helpers = [], [], [], set()
+    references, written, variants, rows, helpers = [], [], [], [], set()
     for variant, program, module in naive or naive_modules(catalog, spec):
         name = spec.variant_name(variant)
         lines, used = print_reference(catalog, spec.resolved(variant), module, f"reference_{name}")
-        functions.append("\n".join(lines))
+        references.append(Printed(variant, f"reference_{name}", lines))
         helpers |= used
         variants.append((name, f"reference_{name}"))
         if module.keep is not None:
             lines, used = print_reference(catalog, spec.resolved(variant), module, f"written_rows_{name}",
                                           rows_only=True)
-            functions.append("\n".join(lines))
+            written.append(Printed(variant, f"written_rows_{name}", lines))
             helpers |= used
             rows.append((name, f"written_rows_{name}"))
+    # as the kernels: variants that differ only in a few statements share one function
+    functions, aliases = merge(references, spec.variant_name, "make_reference_")
+    more, more_aliases = merge(written, spec.variant_name, "make_written_rows_")
+    functions, aliases = functions + more, aliases + more_aliases
     return render("reference.py.j2", header=header, op=spec.name, functions=functions, variants=variants,
+                  aliases=aliases,
                   rows=rows, helpers=sorted(h for h in helpers if h != "order_key") +
                   (["order_key"] if "order_key" in helpers else [])), helpers
 

@@ -1,5 +1,7 @@
 """Schedule arithmetic that generated kernel factories run when they specialize."""
 
+import functools
+
 _BYTES = {"float32": 4, "int32": 4, "uint32": 4, "bfloat16": 2, "float16": 2, "uint16": 2, "int16": 2,
           "float8_e4m3fn": 1, "float8_e5m2": 1, "uint8": 1, "int8": 1}
 
@@ -25,3 +27,10 @@ def bank_pad(dtype: str) -> int:
     """Elements that pad a shared-memory row by 16 bytes: rows start in different banks and 16-byte
     vectors stay aligned."""
     return 16 // _BYTES[dtype]
+
+
+def specialize(factory, *choices):
+    """A variant's kernel factory: a factory shared by several variants (tkgen/merge_variants.py) with the
+    params that tell them apart bound; it takes what the variant's own factory would (sizes, params,
+    dtypes, and the knobs as keywords)."""
+    return functools.partial(factory, *choices)

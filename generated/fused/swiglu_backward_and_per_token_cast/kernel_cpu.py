@@ -2,14 +2,15 @@
 # with the formats and the cpu profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `swiglu_backward_and_per_token_cast` for the `cpu` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16, decode_e4m3, encode_bf16, encode_e4m3
 
 TARGET = 'c'
@@ -17,7 +18,7 @@ PASS_CONFIGS = {'tirx.disable_vectorize': True}
 COMPILE_FLAGS = ['-O2', '-ffp-contract=off']
 
 
-def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
+def make_false(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -29,6 +30,10 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
 
     @T.prim_func
     def kernel(
@@ -37,7 +42,7 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        x_grad_sf: PARAM_x_grad_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
@@ -93,8 +98,31 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                    if (scale, sf_layout) == ('fp32', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('fp32', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('pow2', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (scale, sf_layout) == ('pow2', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_s, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
@@ -103,207 +131,7 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
     return kernel
 
 
-def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-
-    return kernel
-
-
-def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
+def make_false_with_clamp(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
         block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
@@ -316,17 +144,19 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
 
     @T.prim_func
     def kernel(
         q: T.Tensor((T_, (2 * H)), 'uint8'),
         sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
+        x_grad_sf: PARAM_x_grad_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
@@ -337,6 +167,127 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
             b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
             a = T.alloc_local((B_t, B_g, B_c), 'float32')
             b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+            for i_t, i_g in T.grid(B_t, B_g):
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+            for i_t, i_g in T.grid(B_t, B_g):
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                    T.float32(0.0))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
+                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
+                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
+                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(
+                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
+                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
+                    dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
+                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    if (scale, sf_layout) == ('fp32', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('fp32', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('pow2', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (scale, sf_layout) == ('pow2', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_s, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+
+    return kernel
+
+
+def make_false_with_weights(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
+        block_t=1):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_s = 2
+    N_g = (H // group)
+    N_c = group
+    B_s = N_s
+    B_g = N_g
+    B_c = N_c
+    B_t = block_t
+    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
+
+    @T.prim_func
+    def kernel(
+        q: T.Tensor((T_, (2 * H)), 'uint8'),
+        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
+        weights: T.Tensor((T_,), 'float32'),
+        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
+        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
+        x_grad_sf: PARAM_x_grad_sf,
+        weight_grad: T.Tensor((T_,), 'float32'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
             go = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t4 = T.alloc_local((B_t,), 'float32')
             w = T.alloc_local((B_t,), 'float32')
@@ -369,8 +320,6 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
                     T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
                     LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
@@ -379,16 +328,13 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
+                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
+                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
                 gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
+                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
+                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -400,8 +346,31 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                    if (scale, sf_layout) == ('fp32', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('fp32', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('pow2', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (scale, sf_layout) == ('pow2', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_s, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
@@ -417,7 +386,8 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
     return kernel
 
 
-def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
+def make_false_with_weights_with_clamp(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *,
+        threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -429,6 +399,150 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
+
+    @T.prim_func
+    def kernel(
+        q: T.Tensor((T_, (2 * H)), 'uint8'),
+        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
+        weights: T.Tensor((T_,), 'float32'),
+        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
+        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
+        x_grad_sf: PARAM_x_grad_sf,
+        weight_grad: T.Tensor((T_,), 'float32'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+            for i_t, i_g in T.grid(B_t, B_g):
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+            for i_t, i_g in T.grid(B_t, B_g):
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                    T.float32(0.0))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+            for i_t in T.grid(B_t):
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+            for i_t in T.grid(B_t):
+                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
+                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
+                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
+                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
+                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(
+                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
+                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
+                    dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
+                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                if ((b_t * B_t + i_t) < N_t):
+                    if (scale, sf_layout) == ('fp32', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('fp32', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('pow2', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (scale, sf_layout) == ('pow2', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_s, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
+            for i_t in T.grid(B_t):
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+
+    return kernel
+
+
+def make_true(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_s = 2
+    N_g = (H // group)
+    N_c = group
+    B_s = N_s
+    B_g = N_g
+    B_c = N_c
+    B_t = block_t
+    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
 
     @T.prim_func
     def kernel(
@@ -437,7 +551,7 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        x_grad_sf: PARAM_x_grad_sf,
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -496,8 +610,31 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                    if (scale, sf_layout) == ('fp32', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('fp32', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('pow2', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (scale, sf_layout) == ('pow2', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_s, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
@@ -510,7 +647,8 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
     return kernel
 
 
-def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
+def make_true_with_clamp(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
+        block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -522,6 +660,10 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
 
     @T.prim_func
     def kernel(
@@ -530,7 +672,7 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        x_grad_sf: PARAM_x_grad_sf,
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -596,8 +738,31 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                    if (scale, sf_layout) == ('fp32', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('fp32', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('pow2', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (scale, sf_layout) == ('pow2', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_s, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
@@ -610,7 +775,8 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
     return kernel
 
 
-def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
+def make_true_with_weights(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
+        block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -622,6 +788,10 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
 
     @T.prim_func
     def kernel(
@@ -631,7 +801,7 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        x_grad_sf: PARAM_x_grad_sf,
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
@@ -700,8 +870,31 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                    if (scale, sf_layout) == ('fp32', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('fp32', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('pow2', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (scale, sf_layout) == ('pow2', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_s, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
@@ -721,8 +914,8 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
     return kernel
 
 
-def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
-        block_t=1):
+def make_true_with_weights_with_clamp(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *,
+        threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -734,6 +927,10 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
 
     @T.prim_func
     def kernel(
@@ -743,7 +940,7 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        x_grad_sf: PARAM_x_grad_sf,
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
@@ -819,8 +1016,31 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                    if (scale, sf_layout) == ('fp32', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('fp32', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('pow2', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (scale, sf_layout) == ('pow2', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_s, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
@@ -840,2620 +1060,7 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
     return kernel
 
 
-def build_fp32_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-
-    return kernel
-
-
-def build_fp32_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-
-    return kernel
-
-
-def build_fp32_col_false_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_fp32_col_false_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
-        block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_fp32_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
-
-    return kernel
-
-
-def build_fp32_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
-
-    return kernel
-
-
-def build_fp32_col_true_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])),
-                        "uint16")
-
-    return kernel
-
-
-def build_fp32_col_true_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
-        block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])),
-                        "uint16")
-
-    return kernel
-
-
-def build_pow2_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-
-    return kernel
-
-
-def build_pow2_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-
-    return kernel
-
-
-def build_pow2_row_false_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_pow2_row_false_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
-        block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_pow2_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
-
-    return kernel
-
-
-def build_pow2_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
-
-    return kernel
-
-
-def build_pow2_row_true_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])),
-                        "uint16")
-
-    return kernel
-
-
-def build_pow2_row_true_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
-        block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])),
-                        "uint16")
-
-    return kernel
-
-
-def build_pow2_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-
-    return kernel
-
-
-def build_pow2_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-
-    return kernel
-
-
-def build_pow2_col_false_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_pow2_col_false_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
-        block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_pow2_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
-
-    return kernel
-
-
-def build_pow2_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
-
-    return kernel
-
-
-def build_pow2_col_true_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])),
-                        "uint16")
-
-    return kernel
-
-
-def build_pow2_col_true_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
-        block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])),
-                        "uint16")
-
-    return kernel
-
-
-def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
+def make_ue8m0_false(sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -3469,6 +1076,10 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
         raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
 
     @T.prim_func
     def kernel(
@@ -3477,7 +1088,7 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
+        x_grad_sf: PARAM_x_grad_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
@@ -3543,24 +1154,44 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
                     (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                        (
+                    if sf_layout == 'row':
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
                             (
                                 (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
                                 | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                    if sf_layout == 'col':
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(
                     (
@@ -3576,848 +1207,7 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
     return kernel
 
 
-def build_ue8m0_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-
-    return kernel
-
-
-def build_ue8m0_row_false_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_ue8m0_row_false_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=
-        1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_ue8m0_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
-
-    return kernel
-
-
-def build_ue8m0_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
-
-    return kernel
-
-
-def build_ue8m0_row_true_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])),
-                        "uint16")
-
-    return kernel
-
-
-def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
+def make_ue8m0_false_with_clamp(sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
         block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
@@ -4434,161 +1224,10 @@ def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor
         raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])),
-                        "uint16")
-
-    return kernel
-
-
-def build_ue8m0_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
 
     @T.prim_func
     def kernel(
@@ -4597,130 +1236,7 @@ def build_ue8m0_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-
-    return kernel
-
-
-def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
+        x_grad_sf: PARAM_x_grad_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
@@ -4793,24 +1309,44 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
                     (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
+                    if sf_layout == 'row':
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
                             (
                                 (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
                                 | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                    if sf_layout == 'col':
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(
                     (
@@ -4826,718 +1362,7 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
     return kernel
 
 
-def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=
-        1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
-
-    return kernel
-
-
-def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
-
-    return kernel
-
-
-def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'uint8'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        act_out: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g), 'float32')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_local((B_t, B_g), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            go = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
-            da = T.alloc_local((B_t, B_g, B_c), 'float32')
-            db = T.alloc_local((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_local((B_t, B_g), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
-                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
-                    dx[i_t, i_s, i_g, i_c])
-            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])),
-                        "uint16")
-
-    return kernel
-
-
-def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
+def make_ue8m0_false_with_weights(sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
         block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
@@ -5554,6 +1379,10 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
         raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
 
     @T.prim_func
     def kernel(
@@ -5563,7 +1392,839 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
+        x_grad_sf: PARAM_x_grad_sf,
+        weight_grad: T.Tensor((T_,), 'float32'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+            for i_t, i_g in T.grid(B_t, B_g):
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+            for i_t, i_g in T.grid(B_t, B_g):
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                    T.float32(0.0))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+            for i_t in T.grid(B_t):
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+            for i_t in T.grid(B_t):
+                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
+                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
+                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
+                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
+                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
+            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
+                    dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
+                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
+                    (
+                        (
+                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = (
+                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    if sf_layout == 'row':
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                    if sf_layout == 'col':
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
+                inv[i_t, i_s, i_g] = T.reinterpret(
+                    (
+                        (T.uint32(254)
+                            - (
+                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
+            for i_t in T.grid(B_t):
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+
+    return kernel
+
+
+def make_ue8m0_false_with_weights_with_clamp(sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *,
+        threads=1, block_t=1):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_s = 2
+    N_g = (H // group)
+    N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
+    B_s = N_s
+    B_g = N_g
+    B_c = N_c
+    B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
+    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
+
+    @T.prim_func
+    def kernel(
+        q: T.Tensor((T_, (2 * H)), 'uint8'),
+        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
+        weights: T.Tensor((T_,), 'float32'),
+        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
+        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
+        x_grad_sf: PARAM_x_grad_sf,
+        weight_grad: T.Tensor((T_,), 'float32'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+            for i_t, i_g in T.grid(B_t, B_g):
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+            for i_t, i_g in T.grid(B_t, B_g):
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                    T.float32(0.0))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+            for i_t in T.grid(B_t):
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+            for i_t in T.grid(B_t):
+                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
+                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
+                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
+                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
+                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(
+                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
+                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
+                    dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
+                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
+                    (
+                        (
+                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = (
+                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    if sf_layout == 'row':
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                    if sf_layout == 'col':
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
+                inv[i_t, i_s, i_g] = T.reinterpret(
+                    (
+                        (T.uint32(254)
+                            - (
+                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
+            for i_t in T.grid(B_t):
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+
+    return kernel
+
+
+def make_ue8m0_true(sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1, block_t=1):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_s = 2
+    N_g = (H // group)
+    N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
+    B_s = N_s
+    B_g = N_g
+    B_c = N_c
+    B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
+    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
+
+    @T.prim_func
+    def kernel(
+        q: T.Tensor((T_, (2 * H)), 'uint8'),
+        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
+        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
+        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
+        x_grad_sf: PARAM_x_grad_sf,
+        act_out: T.Tensor((T_, H), 'uint16'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+            for i_t, i_g in T.grid(B_t, B_g):
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+            for i_t, i_g in T.grid(B_t, B_g):
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                    T.float32(0.0))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
+                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
+                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
+                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
+                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
+            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
+                    dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
+                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
+                    (
+                        (
+                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = (
+                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    if sf_layout == 'row':
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                    if sf_layout == 'col':
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
+                inv[i_t, i_s, i_g] = T.reinterpret(
+                    (
+                        (T.uint32(254)
+                            - (
+                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
+
+    return kernel
+
+
+def make_ue8m0_true_with_clamp(sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
+        block_t=1):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_s = 2
+    N_g = (H // group)
+    N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
+    B_s = N_s
+    B_g = N_g
+    B_c = N_c
+    B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
+    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
+
+    @T.prim_func
+    def kernel(
+        q: T.Tensor((T_, (2 * H)), 'uint8'),
+        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
+        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
+        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
+        x_grad_sf: PARAM_x_grad_sf,
+        act_out: T.Tensor((T_, H), 'uint16'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            a = T.alloc_local((B_t, B_g, B_c), 'float32')
+            b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+            for i_t, i_g in T.grid(B_t, B_g):
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+            for i_t, i_g in T.grid(B_t, B_g):
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                    T.float32(0.0))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
+                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
+                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
+                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
+                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
+                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
+                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
+                db[i_t, i_g, i_c] = T.Select(
+                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
+                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
+                    dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
+                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
+                    (
+                        (
+                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = (
+                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    if sf_layout == 'row':
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                    if sf_layout == 'col':
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
+                inv[i_t, i_s, i_g] = T.reinterpret(
+                    (
+                        (T.uint32(254)
+                            - (
+                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_bf16((act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))), "uint16")
+
+    return kernel
+
+
+def make_ue8m0_true_with_weights(sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=1,
+        block_t=1):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_s = 2
+    N_g = (H // group)
+    N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
+    B_s = N_s
+    B_g = N_g
+    B_c = N_c
+    B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
+    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
+
+    @T.prim_func
+    def kernel(
+        q: T.Tensor((T_, (2 * H)), 'uint8'),
+        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
+        weights: T.Tensor((T_,), 'float32'),
+        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
+        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
+        x_grad_sf: PARAM_x_grad_sf,
+        weight_grad: T.Tensor((T_,), 'float32'),
+        act_out: T.Tensor((T_, H), 'uint16'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
+            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t1 = T.alloc_local((B_t, B_g), 'float32')
+            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t2 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t3 = T.alloc_local((B_t, B_g), 'float32')
+            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            go = T.alloc_local((B_t, B_g, B_c), 'float32')
+            _t4 = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t,), 'float32')
+            t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            sg = T.alloc_local((B_t, B_g, B_c), 'float32')
+            act = T.alloc_local((B_t, B_g, B_c), 'float32')
+            gws = T.alloc_local((B_t, B_g, B_c), 'float32')
+            da = T.alloc_local((B_t, B_g, B_c), 'float32')
+            db = T.alloc_local((B_t, B_g, B_c), 'float32')
+            dx = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            dx_for_absmax_over_c = T.alloc_local((B_t, B_s, B_g, B_c), 'float32')
+            _t5 = T.alloc_local((B_t, B_s, B_g), 'float32')
+            amax = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_tile = T.alloc_local((B_t, B_s, B_g), 'float32')
+            x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
+            inv = T.alloc_local((B_t, B_s, B_g), 'float32')
+            ga = T.alloc_local((B_t, B_g, B_c), 'float32')
+            wg = T.alloc_local((B_t, B_g), 'float32')
+            _t6 = T.alloc_local((B_t,), 'float32')
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+            for i_t, i_g in T.grid(B_t, B_g):
+                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+            for i_t, i_g in T.grid(B_t, B_g):
+                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                    T.float32(0.0))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+            for i_t in T.grid(B_t):
+                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+            for i_t in T.grid(B_t):
+                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
+                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
+                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
+                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
+                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
+                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
+                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
+            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
+                dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                        encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
+                dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
+                    dx[i_t, i_s, i_g, i_c])
+            T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
+            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
+                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
+                    (
+                        (
+                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                x_grad_sf_codes[i_t, i_s, i_g] = (
+                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
+                if ((b_t * B_t + i_t) < N_t):
+                    if sf_layout == 'row':
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                    if sf_layout == 'col':
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+            for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
+                inv[i_t, i_s, i_g] = T.reinterpret(
+                    (
+                        (T.uint32(254)
+                            - (
+                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+            for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
+                if ((b_t * B_t + i_t) < N_t):
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                        encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
+            T.reduce_sum(ga, wg, dim=2)
+            T.reduce_sum(wg, _t6, dim=1)
+            for i_t in T.grid(B_t):
+                if ((b_t * B_t + i_t) < N_t):
+                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                if ((b_t * B_t + i_t) < N_t):
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])),
+                        "uint16")
+
+    return kernel
+
+
+def make_ue8m0_true_with_weights_with_clamp(sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *,
+        threads=1, block_t=1):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_s = 2
+    N_g = (H // group)
+    N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
+    B_s = N_s
+    B_g = N_g
+    B_c = N_c
+    B_t = block_t
+    B_g_p = T.ceildiv(B_g, 4)
+    if not (((N_g % 4) == 0)):
+        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
+    STORAGE_act_x_grad = {'bf16': 'uint16', 'fp32': 'float32'}[act_x_grad_dtype]
+    LOAD_act_x_grad = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
+
+    @T.prim_func
+    def kernel(
+        q: T.Tensor((T_, (2 * H)), 'uint8'),
+        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
+        weights: T.Tensor((T_,), 'float32'),
+        x_grad: T.Tensor((T_, (2 * H)), 'uint16'),
+        x_grad_fp8: T.Tensor((T_, (2 * H)), 'uint8'),
+        x_grad_sf: PARAM_x_grad_sf,
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'uint16'),
     ):
@@ -5649,24 +2310,44 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
                     (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
+                    if sf_layout == 'row':
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
                             (
                                 (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
                                 | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                    if sf_layout == 'col':
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(
                     (
@@ -5691,3 +2372,54 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
                         "uint16")
 
     return kernel
+
+
+# the variants of the shared factories
+build_fp32_row_false = specialize(make_false, 'fp32', 'row')
+build_fp32_col_false = specialize(make_false, 'fp32', 'col')
+build_pow2_row_false = specialize(make_false, 'pow2', 'row')
+build_pow2_col_false = specialize(make_false, 'pow2', 'col')
+build_fp32_row_false_with_clamp = specialize(make_false_with_clamp, 'fp32', 'row')
+build_fp32_col_false_with_clamp = specialize(make_false_with_clamp, 'fp32', 'col')
+build_pow2_row_false_with_clamp = specialize(make_false_with_clamp, 'pow2', 'row')
+build_pow2_col_false_with_clamp = specialize(make_false_with_clamp, 'pow2', 'col')
+build_fp32_row_false_with_weights = specialize(make_false_with_weights, 'fp32', 'row')
+build_fp32_col_false_with_weights = specialize(make_false_with_weights, 'fp32', 'col')
+build_pow2_row_false_with_weights = specialize(make_false_with_weights, 'pow2', 'row')
+build_pow2_col_false_with_weights = specialize(make_false_with_weights, 'pow2', 'col')
+build_fp32_row_false_with_weights_with_clamp = specialize(make_false_with_weights_with_clamp, 'fp32', 'row')
+build_fp32_col_false_with_weights_with_clamp = specialize(make_false_with_weights_with_clamp, 'fp32', 'col')
+build_pow2_row_false_with_weights_with_clamp = specialize(make_false_with_weights_with_clamp, 'pow2', 'row')
+build_pow2_col_false_with_weights_with_clamp = specialize(make_false_with_weights_with_clamp, 'pow2', 'col')
+build_fp32_row_true = specialize(make_true, 'fp32', 'row')
+build_fp32_col_true = specialize(make_true, 'fp32', 'col')
+build_pow2_row_true = specialize(make_true, 'pow2', 'row')
+build_pow2_col_true = specialize(make_true, 'pow2', 'col')
+build_fp32_row_true_with_clamp = specialize(make_true_with_clamp, 'fp32', 'row')
+build_fp32_col_true_with_clamp = specialize(make_true_with_clamp, 'fp32', 'col')
+build_pow2_row_true_with_clamp = specialize(make_true_with_clamp, 'pow2', 'row')
+build_pow2_col_true_with_clamp = specialize(make_true_with_clamp, 'pow2', 'col')
+build_fp32_row_true_with_weights = specialize(make_true_with_weights, 'fp32', 'row')
+build_fp32_col_true_with_weights = specialize(make_true_with_weights, 'fp32', 'col')
+build_pow2_row_true_with_weights = specialize(make_true_with_weights, 'pow2', 'row')
+build_pow2_col_true_with_weights = specialize(make_true_with_weights, 'pow2', 'col')
+build_fp32_row_true_with_weights_with_clamp = specialize(make_true_with_weights_with_clamp, 'fp32', 'row')
+build_fp32_col_true_with_weights_with_clamp = specialize(make_true_with_weights_with_clamp, 'fp32', 'col')
+build_pow2_row_true_with_weights_with_clamp = specialize(make_true_with_weights_with_clamp, 'pow2', 'row')
+build_pow2_col_true_with_weights_with_clamp = specialize(make_true_with_weights_with_clamp, 'pow2', 'col')
+build_ue8m0_row_false = specialize(make_ue8m0_false, 'row')
+build_ue8m0_col_false = specialize(make_ue8m0_false, 'col')
+build_ue8m0_row_false_with_clamp = specialize(make_ue8m0_false_with_clamp, 'row')
+build_ue8m0_col_false_with_clamp = specialize(make_ue8m0_false_with_clamp, 'col')
+build_ue8m0_row_false_with_weights = specialize(make_ue8m0_false_with_weights, 'row')
+build_ue8m0_col_false_with_weights = specialize(make_ue8m0_false_with_weights, 'col')
+build_ue8m0_row_false_with_weights_with_clamp = specialize(make_ue8m0_false_with_weights_with_clamp, 'row')
+build_ue8m0_col_false_with_weights_with_clamp = specialize(make_ue8m0_false_with_weights_with_clamp, 'col')
+build_ue8m0_row_true = specialize(make_ue8m0_true, 'row')
+build_ue8m0_col_true = specialize(make_ue8m0_true, 'col')
+build_ue8m0_row_true_with_clamp = specialize(make_ue8m0_true_with_clamp, 'row')
+build_ue8m0_col_true_with_clamp = specialize(make_ue8m0_true_with_clamp, 'col')
+build_ue8m0_row_true_with_weights = specialize(make_ue8m0_true_with_weights, 'row')
+build_ue8m0_col_true_with_weights = specialize(make_ue8m0_true_with_weights, 'col')
+build_ue8m0_row_true_with_weights_with_clamp = specialize(make_ue8m0_true_with_weights_with_clamp, 'row')
+build_ue8m0_col_true_with_weights_with_clamp = specialize(make_ue8m0_true_with_weights_with_clamp, 'col')

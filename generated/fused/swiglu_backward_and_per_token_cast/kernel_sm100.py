@@ -2,21 +2,22 @@
 # with the formats and the sm100 profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `swiglu_backward_and_per_token_cast` for the `sm100` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
 COMPILE_FLAGS = ['-fmad=false']
 
 
-def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
+def make_false(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -28,6 +29,10 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
 
     @T.prim_func
     def kernel(
@@ -36,7 +41,7 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        x_grad_sf: PARAM_x_grad_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
@@ -91,8 +96,31 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                    if (scale, sf_layout) == ('fp32', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('fp32', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('pow2', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (scale, sf_layout) == ('pow2', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_s, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
@@ -101,8 +129,8 @@ def build_fp32_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
     return kernel
 
 
-def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
+def make_false_with_clamp(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128,
+        block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -114,6 +142,10 @@ def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
 
     @T.prim_func
     def kernel(
@@ -122,7 +154,7 @@ def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        x_grad_sf: PARAM_x_grad_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
@@ -184,8 +216,31 @@ def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                    if (scale, sf_layout) == ('fp32', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('fp32', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('pow2', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (scale, sf_layout) == ('pow2', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_s, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
@@ -194,8 +249,8 @@ def build_fp32_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_
     return kernel
 
 
-def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
+def make_false_with_weights(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128,
+        block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -207,6 +262,10 @@ def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
 
     @T.prim_func
     def kernel(
@@ -216,7 +275,7 @@ def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        x_grad_sf: PARAM_x_grad_sf,
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -283,8 +342,31 @@ def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                    if (scale, sf_layout) == ('fp32', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('fp32', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('pow2', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (scale, sf_layout) == ('pow2', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_s, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
@@ -301,8 +383,8 @@ def build_fp32_row_false_with_weights(H, group, routed_scaling_factor, clamp, ac
     return kernel
 
 
-def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=
-        128, block_t=1):
+def make_false_with_weights_with_clamp(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *,
+        threads=128, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -314,6 +396,10 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
 
     @T.prim_func
     def kernel(
@@ -323,7 +409,7 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        x_grad_sf: PARAM_x_grad_sf,
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -397,8 +483,31 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                    if (scale, sf_layout) == ('fp32', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('fp32', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('pow2', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (scale, sf_layout) == ('pow2', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_s, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
@@ -415,7 +524,7 @@ def build_fp32_row_false_with_weights_with_clamp(H, group, routed_scaling_factor
     return kernel
 
 
-def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
+def make_true(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -427,6 +536,10 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
 
     @T.prim_func
     def kernel(
@@ -435,7 +548,7 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        x_grad_sf: PARAM_x_grad_sf,
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -495,8 +608,31 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                    if (scale, sf_layout) == ('fp32', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('fp32', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('pow2', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (scale, sf_layout) == ('pow2', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_s, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
@@ -509,7 +645,8 @@ def build_fp32_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype
     return kernel
 
 
-def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
+def make_true_with_clamp(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128,
+        block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -521,6 +658,10 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
 
     @T.prim_func
     def kernel(
@@ -529,7 +670,7 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        x_grad_sf: PARAM_x_grad_sf,
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -596,8 +737,31 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                    if (scale, sf_layout) == ('fp32', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('fp32', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('pow2', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (scale, sf_layout) == ('pow2', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_s, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
@@ -610,8 +774,8 @@ def build_fp32_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x
     return kernel
 
 
-def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
+def make_true_with_weights(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128,
+        block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -623,6 +787,10 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
 
     @T.prim_func
     def kernel(
@@ -632,7 +800,7 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        x_grad_sf: PARAM_x_grad_sf,
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
@@ -702,8 +870,31 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                    if (scale, sf_layout) == ('fp32', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('fp32', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('pow2', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (scale, sf_layout) == ('pow2', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_s, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
@@ -723,8 +914,8 @@ def build_fp32_row_true_with_weights(H, group, routed_scaling_factor, clamp, act
     return kernel
 
 
-def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=
-        128, block_t=1):
+def make_true_with_weights_with_clamp(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *,
+        threads=128, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -736,6 +927,10 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
     B_t = block_t
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
 
     @T.prim_func
     def kernel(
@@ -745,7 +940,7 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
+        x_grad_sf: PARAM_x_grad_sf,
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
@@ -822,8 +1017,31 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
                 if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                    if (scale, sf_layout) == ('fp32', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('fp32', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                    if (scale, sf_layout) == ('pow2', 'row'):
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (scale, sf_layout) == ('pow2', 'col'):
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_s, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
                     x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
@@ -843,2632 +1061,7 @@ def build_fp32_row_true_with_weights_with_clamp(H, group, routed_scaling_factor,
     return kernel
 
 
-def build_fp32_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_fp32_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_fp32_col_false_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_fp32_col_false_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=
-        128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_fp32_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        act_out: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
-
-    return kernel
-
-
-def build_fp32_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        act_out: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
-
-    return kernel
-
-
-def build_fp32_col_true_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        act_out: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
-
-    return kernel
-
-
-def build_fp32_col_true_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=
-        128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        act_out: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
-                inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
-
-    return kernel
-
-
-def build_pow2_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_pow2_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_pow2_row_false_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_pow2_row_false_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=
-        128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_pow2_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_out: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
-
-    return kernel
-
-
-def build_pow2_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_out: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
-
-    return kernel
-
-
-def build_pow2_row_true_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        act_out: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
-
-    return kernel
-
-
-def build_pow2_row_true_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=
-        128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        act_out: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
-
-    return kernel
-
-
-def build_pow2_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_pow2_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_pow2_col_false_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_pow2_col_false_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=
-        128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_pow2_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        act_out: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
-
-    return kernel
-
-
-def build_pow2_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        act_out: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
-
-    return kernel
-
-
-def build_pow2_col_true_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        act_out: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
-
-    return kernel
-
-
-def build_pow2_col_true_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=
-        128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        act_out: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
-
-    return kernel
-
-
-def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
+def make_ue8m0_false(sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -3484,6 +1077,10 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
         raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
 
     @T.prim_func
     def kernel(
@@ -3492,7 +1089,7 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
+        x_grad_sf: PARAM_x_grad_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
@@ -3557,24 +1154,44 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
                     (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                        (
+                    if sf_layout == 'row':
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
                             (
                                 (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
                                 | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                    if sf_layout == 'col':
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(
                     (
@@ -3590,137 +1207,7 @@ def build_ue8m0_row_false(H, group, routed_scaling_factor, clamp, act_x_grad_dty
     return kernel
 
 
-def build_ue8m0_row_false_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_ue8m0_row_false_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128,
+def make_ue8m0_false_with_clamp(sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128,
         block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
@@ -3737,300 +1224,10 @@ def build_ue8m0_row_false_with_weights(H, group, routed_scaling_factor, clamp, a
         raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_ue8m0_row_false_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=
-        128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_ue8m0_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
 
     @T.prim_func
     def kernel(
@@ -4039,707 +1236,7 @@ def build_ue8m0_row_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
-        act_out: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
-
-    return kernel
-
-
-def build_ue8m0_row_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
-        act_out: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
-
-    return kernel
-
-
-def build_ue8m0_row_true_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        act_out: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
-
-    return kernel
-
-
-def build_ue8m0_row_true_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=
-        128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32'),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        act_out: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(16) if B_t * B_g * B_c <= 8192 else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                    ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
-                        * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
-
-    return kernel
-
-
-def build_ue8m0_col_false(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c])
-                    * (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c]))))
-                db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    if not (((N_g % 4) == 0)):
-        raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
+        x_grad_sf: PARAM_x_grad_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
@@ -4811,24 +1308,44 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
                     (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
+                    if sf_layout == 'row':
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
                             (
                                 (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
                                 | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                    if sf_layout == 'col':
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(
                     (
@@ -4844,7 +1361,7 @@ def build_ue8m0_col_false_with_clamp(H, group, routed_scaling_factor, clamp, act
     return kernel
 
 
-def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128,
+def make_ue8m0_false_with_weights(sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128,
         block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
@@ -4861,6 +1378,10 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
         raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
 
     @T.prim_func
     def kernel(
@@ -4870,7 +1391,7 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
+        x_grad_sf: PARAM_x_grad_sf,
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -4947,24 +1468,44 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
                     (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
+                    if sf_layout == 'row':
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
                             (
                                 (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
                                 | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                    if sf_layout == 'col':
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(
                     (
@@ -4988,8 +1529,8 @@ def build_ue8m0_col_false_with_weights(H, group, routed_scaling_factor, clamp, a
     return kernel
 
 
-def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=
-        128, block_t=1):
+def make_ue8m0_false_with_weights_with_clamp(sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *,
+        threads=128, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -5005,6 +1546,10 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
         raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
 
     @T.prim_func
     def kernel(
@@ -5014,7 +1559,7 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
+        x_grad_sf: PARAM_x_grad_sf,
         weight_grad: T.Tensor((T_,), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -5098,24 +1643,44 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
                     (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
+                    if sf_layout == 'row':
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
                             (
                                 (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
                                 | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                    if sf_layout == 'col':
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(
                     (
@@ -5139,7 +1704,7 @@ def build_ue8m0_col_false_with_weights_with_clamp(H, group, routed_scaling_facto
     return kernel
 
 
-def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
+def make_ue8m0_true(sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -5155,6 +1720,10 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
         raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
 
     @T.prim_func
     def kernel(
@@ -5163,7 +1732,7 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
+        x_grad_sf: PARAM_x_grad_sf,
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -5233,24 +1802,44 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
                     (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
+                    if sf_layout == 'row':
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
                             (
                                 (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
                                 | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                    if sf_layout == 'col':
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(
                     (
@@ -5270,8 +1859,8 @@ def build_ue8m0_col_true(H, group, routed_scaling_factor, clamp, act_x_grad_dtyp
     return kernel
 
 
-def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
+def make_ue8m0_true_with_clamp(sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128,
+        block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -5287,6 +1876,10 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
         raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
 
     @T.prim_func
     def kernel(
@@ -5295,7 +1888,7 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
+        x_grad_sf: PARAM_x_grad_sf,
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -5372,24 +1965,44 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
                     (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
+                    if sf_layout == 'row':
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
                             (
                                 (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
                                 | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                    if sf_layout == 'col':
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(
                     (
@@ -5409,8 +2022,8 @@ def build_ue8m0_col_true_with_clamp(H, group, routed_scaling_factor, clamp, act_
     return kernel
 
 
-def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128, block_t=
-        1):
+def make_ue8m0_true_with_weights(sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=128,
+        block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -5426,6 +2039,10 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
         raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
 
     @T.prim_func
     def kernel(
@@ -5435,7 +2052,7 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
+        x_grad_sf: PARAM_x_grad_sf,
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
@@ -5515,24 +2132,44 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
                     (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
+                    if sf_layout == 'row':
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
                             (
                                 (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
                                 | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                    if sf_layout == 'col':
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(
                     (
@@ -5559,8 +2196,8 @@ def build_ue8m0_col_true_with_weights(H, group, routed_scaling_factor, clamp, ac
     return kernel
 
 
-def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *, threads=
-        128, block_t=1):
+def make_ue8m0_true_with_weights_with_clamp(sf_layout, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *,
+        threads=128, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -5576,6 +2213,10 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
         raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
     STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
     LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
+    if sf_layout == 'row':
+        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
+    if sf_layout == 'col':
+        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
 
     @T.prim_func
     def kernel(
@@ -5585,7 +2226,7 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
         weights: T.Tensor((T_,), 'float32'),
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32'),
+        x_grad_sf: PARAM_x_grad_sf,
         weight_grad: T.Tensor((T_,), 'float32'),
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
@@ -5672,24 +2313,44 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
                     (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                        (
+                    if sf_layout == 'row':
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
                             (
                                 (
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
                                 | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                << T.uint32(24))), "int32")
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                    if sf_layout == 'col':
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
+                            (
+                                (
+                                    (
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 inv[i_t, i_s, i_g] = T.reinterpret(
                     (
@@ -5714,3 +2375,54 @@ def build_ue8m0_col_true_with_weights_with_clamp(H, group, routed_scaling_factor
                     act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
 
     return kernel
+
+
+# the variants of the shared factories
+build_fp32_row_false = specialize(make_false, 'fp32', 'row')
+build_fp32_col_false = specialize(make_false, 'fp32', 'col')
+build_pow2_row_false = specialize(make_false, 'pow2', 'row')
+build_pow2_col_false = specialize(make_false, 'pow2', 'col')
+build_fp32_row_false_with_clamp = specialize(make_false_with_clamp, 'fp32', 'row')
+build_fp32_col_false_with_clamp = specialize(make_false_with_clamp, 'fp32', 'col')
+build_pow2_row_false_with_clamp = specialize(make_false_with_clamp, 'pow2', 'row')
+build_pow2_col_false_with_clamp = specialize(make_false_with_clamp, 'pow2', 'col')
+build_fp32_row_false_with_weights = specialize(make_false_with_weights, 'fp32', 'row')
+build_fp32_col_false_with_weights = specialize(make_false_with_weights, 'fp32', 'col')
+build_pow2_row_false_with_weights = specialize(make_false_with_weights, 'pow2', 'row')
+build_pow2_col_false_with_weights = specialize(make_false_with_weights, 'pow2', 'col')
+build_fp32_row_false_with_weights_with_clamp = specialize(make_false_with_weights_with_clamp, 'fp32', 'row')
+build_fp32_col_false_with_weights_with_clamp = specialize(make_false_with_weights_with_clamp, 'fp32', 'col')
+build_pow2_row_false_with_weights_with_clamp = specialize(make_false_with_weights_with_clamp, 'pow2', 'row')
+build_pow2_col_false_with_weights_with_clamp = specialize(make_false_with_weights_with_clamp, 'pow2', 'col')
+build_fp32_row_true = specialize(make_true, 'fp32', 'row')
+build_fp32_col_true = specialize(make_true, 'fp32', 'col')
+build_pow2_row_true = specialize(make_true, 'pow2', 'row')
+build_pow2_col_true = specialize(make_true, 'pow2', 'col')
+build_fp32_row_true_with_clamp = specialize(make_true_with_clamp, 'fp32', 'row')
+build_fp32_col_true_with_clamp = specialize(make_true_with_clamp, 'fp32', 'col')
+build_pow2_row_true_with_clamp = specialize(make_true_with_clamp, 'pow2', 'row')
+build_pow2_col_true_with_clamp = specialize(make_true_with_clamp, 'pow2', 'col')
+build_fp32_row_true_with_weights = specialize(make_true_with_weights, 'fp32', 'row')
+build_fp32_col_true_with_weights = specialize(make_true_with_weights, 'fp32', 'col')
+build_pow2_row_true_with_weights = specialize(make_true_with_weights, 'pow2', 'row')
+build_pow2_col_true_with_weights = specialize(make_true_with_weights, 'pow2', 'col')
+build_fp32_row_true_with_weights_with_clamp = specialize(make_true_with_weights_with_clamp, 'fp32', 'row')
+build_fp32_col_true_with_weights_with_clamp = specialize(make_true_with_weights_with_clamp, 'fp32', 'col')
+build_pow2_row_true_with_weights_with_clamp = specialize(make_true_with_weights_with_clamp, 'pow2', 'row')
+build_pow2_col_true_with_weights_with_clamp = specialize(make_true_with_weights_with_clamp, 'pow2', 'col')
+build_ue8m0_row_false = specialize(make_ue8m0_false, 'row')
+build_ue8m0_col_false = specialize(make_ue8m0_false, 'col')
+build_ue8m0_row_false_with_clamp = specialize(make_ue8m0_false_with_clamp, 'row')
+build_ue8m0_col_false_with_clamp = specialize(make_ue8m0_false_with_clamp, 'col')
+build_ue8m0_row_false_with_weights = specialize(make_ue8m0_false_with_weights, 'row')
+build_ue8m0_col_false_with_weights = specialize(make_ue8m0_false_with_weights, 'col')
+build_ue8m0_row_false_with_weights_with_clamp = specialize(make_ue8m0_false_with_weights_with_clamp, 'row')
+build_ue8m0_col_false_with_weights_with_clamp = specialize(make_ue8m0_false_with_weights_with_clamp, 'col')
+build_ue8m0_row_true = specialize(make_ue8m0_true, 'row')
+build_ue8m0_col_true = specialize(make_ue8m0_true, 'col')
+build_ue8m0_row_true_with_clamp = specialize(make_ue8m0_true_with_clamp, 'row')
+build_ue8m0_col_true_with_clamp = specialize(make_ue8m0_true_with_clamp, 'col')
+build_ue8m0_row_true_with_weights = specialize(make_ue8m0_true_with_weights, 'row')
+build_ue8m0_col_true_with_weights = specialize(make_ue8m0_true_with_weights, 'col')
+build_ue8m0_row_true_with_weights_with_clamp = specialize(make_ue8m0_true_with_weights_with_clamp, 'row')
+build_ue8m0_col_true_with_weights_with_clamp = specialize(make_ue8m0_true_with_weights_with_clamp, 'col')

@@ -2,14 +2,15 @@
 # with the formats and the cpu profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `swiglu_forward` for the `cpu` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 TARGET = 'c'
@@ -17,7 +18,7 @@ PASS_CONFIGS = {'tirx.disable_vectorize': True}
 COMPILE_FLAGS = ['-O2', '-ffp-contract=off']
 
 
-def build_bf16(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
+def make_base(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -27,11 +28,15 @@ def build_bf16(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'uint16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        out: T.Tensor((T_, H), 'uint16'),
+        out: PARAM_out,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             a0 = T.alloc_local((B_t, B_h), 'float32')
@@ -44,15 +49,20 @@ def build_bf16(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(
-                        encode_bf16(
-                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
-                                * T.float32(routed_scaling_factor))), "uint16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                            encode_bf16(
+                                (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                                    * T.float32(routed_scaling_factor))), "uint16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), i_h] = (
+                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                            * T.float32(routed_scaling_factor))
 
     return kernel
 
 
-def build_bf16_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
+def make_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -63,11 +73,15 @@ def build_bf16_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'uint16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        out: T.Tensor((T_, H), 'uint16'),
+        out: PARAM_out,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -113,15 +127,20 @@ def build_bf16_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(
-                        encode_bf16(
-                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
-                                * T.float32(routed_scaling_factor))), "uint16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                            encode_bf16(
+                                (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                                    * T.float32(routed_scaling_factor))), "uint16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), i_h] = (
+                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                            * T.float32(routed_scaling_factor))
 
     return kernel
 
 
-def build_bf16_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
+def make_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -131,12 +150,16 @@ def build_bf16_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, t
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'uint16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'uint16'),
+        out: PARAM_out,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_local((B_t,), 'int32')
@@ -156,15 +179,20 @@ def build_bf16_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, t
                     LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(
-                        encode_bf16(
-                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
-                                * T.float32(routed_scaling_factor))), "uint16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                            encode_bf16(
+                                (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                                    * T.float32(routed_scaling_factor))), "uint16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), i_h] = (
+                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                            * T.float32(routed_scaling_factor))
 
     return kernel
 
 
-def build_bf16_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
+def make_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -175,12 +203,16 @@ def build_bf16_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'uint16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'uint16'),
+        out: PARAM_out,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -233,15 +265,20 @@ def build_bf16_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(
-                        encode_bf16(
-                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
-                                * T.float32(routed_scaling_factor))), "uint16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                            encode_bf16(
+                                (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                                    * T.float32(routed_scaling_factor))), "uint16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), i_h] = (
+                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                            * T.float32(routed_scaling_factor))
 
     return kernel
 
 
-def build_bf16_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=
+def make_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=
         1):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -253,13 +290,17 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'uint16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: T.Tensor((T_, H), 'uint16'),
+        out: PARAM_out,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t1 = T.alloc_local((B_t,), 'int32')
@@ -287,15 +328,19 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(
-                        encode_bf16(
-                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
-                        "uint16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                            encode_bf16(
+                                (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
+                            "uint16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), i_h] = (
+                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=
+def make_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=
         1, block_t=1):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -308,13 +353,17 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'uint16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: T.Tensor((T_, H), 'uint16'),
+        out: PARAM_out,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -376,15 +425,19 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(
-                        encode_bf16(
-                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
-                        "uint16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                            encode_bf16(
+                                (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
+                            "uint16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), i_h] = (
+                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *,
+def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x_dtype, *,
         threads=1, block_t=1):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -396,6 +449,10 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'uint16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
@@ -403,7 +460,7 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'uint16'),
+        out: PARAM_out,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_local((B_t,), 'int32')
@@ -435,15 +492,19 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(
-                        encode_bf16(
-                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
-                        "uint16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                            encode_bf16(
+                                (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
+                            "uint16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), i_h] = (
+                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp,
+def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_factor, clamp,
         x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -456,6 +517,10 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'uint16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
@@ -463,7 +528,7 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'uint16'),
+        out: PARAM_out,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -529,15 +594,19 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(
-                        encode_bf16(
-                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
-                        "uint16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                            encode_bf16(
+                                (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
+                            "uint16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), i_h] = (
+                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
+def make_with_weights(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -547,12 +616,16 @@ def build_bf16_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'uint16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         weights: T.Tensor((T_,), 'float32'),
-        out: T.Tensor((T_, H), 'uint16'),
+        out: PARAM_out,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             a0 = T.alloc_local((B_t, B_h), 'float32')
@@ -571,15 +644,19 @@ def build_bf16_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(
-                        encode_bf16(
-                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
-                        "uint16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                            encode_bf16(
+                                (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
+                            "uint16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), i_h] = (
+                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
+def make_with_weights_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -590,12 +667,16 @@ def build_bf16_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'uint16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         weights: T.Tensor((T_,), 'float32'),
-        out: T.Tensor((T_, H), 'uint16'),
+        out: PARAM_out,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -648,15 +729,19 @@ def build_bf16_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(
-                        encode_bf16(
-                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
-                        "uint16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                            encode_bf16(
+                                (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
+                            "uint16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), i_h] = (
+                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
+def make_with_weights_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -666,13 +751,17 @@ def build_bf16_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, 
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'uint16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         weights: T.Tensor((T_,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'uint16'),
+        out: PARAM_out,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_local((B_t,), 'int32')
@@ -699,15 +788,19 @@ def build_bf16_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, 
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(
-                        encode_bf16(
-                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
-                        "uint16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                            encode_bf16(
+                                (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
+                            "uint16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), i_h] = (
+                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1,
+def make_with_weights_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=1,
         block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
@@ -719,13 +812,17 @@ def build_bf16_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'uint16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         weights: T.Tensor((T_,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'uint16'),
+        out: PARAM_out,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -786,15 +883,19 @@ def build_bf16_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(
-                        encode_bf16(
-                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
-                        "uint16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                            encode_bf16(
+                                (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
+                            "uint16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), i_h] = (
+                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, clamp, x_dtype, *,
+def make_with_weights_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_scaling_factor, clamp, x_dtype, *,
         threads=1, block_t=1):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -806,6 +907,10 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'uint16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
@@ -813,7 +918,7 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
         weights: T.Tensor((T_,), 'float32'),
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: T.Tensor((T_, H), 'uint16'),
+        out: PARAM_out,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t1 = T.alloc_local((B_t,), 'int32')
@@ -845,16 +950,20 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(
-                        encode_bf16(
-                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
-                        "uint16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                            encode_bf16(
+                                (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
+                            "uint16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), i_h] = (
+                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_factor, clamp,
-        x_dtype, *, threads=1, block_t=1):
+def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype,
+        *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
     N_t = T_
@@ -866,6 +975,10 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'uint16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
@@ -873,7 +986,7 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
         weights: T.Tensor((T_,), 'float32'),
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: T.Tensor((T_, H), 'uint16'),
+        out: PARAM_out,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -939,15 +1052,19 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(
-                        encode_bf16(
-                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
-                        "uint16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                            encode_bf16(
+                                (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
+                            "uint16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), i_h] = (
+                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_scaling_factor, clamp,
+def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp,
         x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -959,6 +1076,10 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'uint16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
@@ -967,7 +1088,7 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'uint16'),
+        out: PARAM_out,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_local((B_t,), 'int32')
@@ -1003,15 +1124,19 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(
-                        encode_bf16(
-                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
-                        "uint16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                            encode_bf16(
+                                (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
+                            "uint16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), i_h] = (
+                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H,
+def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(fmt, H,
         routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -1024,6 +1149,10 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'uint16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
@@ -1032,7 +1161,7 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'uint16'),
+        out: PARAM_out,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -1102,1074 +1231,64 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.grid(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = T.cast(
-                        encode_bf16(
-                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
-                        "uint16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                            encode_bf16(
+                                (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
+                            "uint16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), i_h] = (
+                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_fp32(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        out: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = (
-                        ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
-                        * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_fp32_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_h = N_h
-    B_n = N_n
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        out: T.Tensor((T_, H), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            b = T.alloc_local((B_t, B_h), 'float32')
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = (
-                        ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
-                        * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_fp32_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = (
-                        ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
-                        * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_fp32_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_h = N_h
-    B_n = N_n
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            b = T.alloc_local((B_t, B_h), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = (
-                        ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
-                        * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_fp32_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=
-        1):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = (
-                        ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=
-        1, block_t=1):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_h = N_h
-    B_n = N_n
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: T.Tensor((T_, H), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            b = T.alloc_local((B_t, B_h), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = (
-                        ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *,
-        threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = (
-                        ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp,
-        x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_h = N_h
-    B_n = N_n
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            b = T.alloc_local((B_t, B_h), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = (
-                        ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        out: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = (
-                        ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_h = N_h
-    B_n = N_n
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        out: T.Tensor((T_, H), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            b = T.alloc_local((B_t, B_h), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = (
-                        ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = (
-                        ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1,
-        block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_h = N_h
-    B_n = N_n
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            b = T.alloc_local((B_t, B_h), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = (
-                        ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, clamp, x_dtype, *,
-        threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = (
-                        ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_factor, clamp,
-        x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_h = N_h
-    B_n = N_n
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: T.Tensor((T_, H), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            b = T.alloc_local((B_t, B_h), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = (
-                        ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_scaling_factor, clamp,
-        x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = (
-                        ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H,
-        routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_h = N_h
-    B_n = N_n
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            b = T.alloc_local((B_t, B_h), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), i_h] = (
-                        ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
-
-    return kernel
+# the variants of the shared factories
+build_bf16 = specialize(make_base, 'bf16')
+build_fp32 = specialize(make_base, 'fp32')
+build_bf16_with_clamp = specialize(make_with_clamp, 'bf16')
+build_fp32_with_clamp = specialize(make_with_clamp, 'fp32')
+build_bf16_with_pos_to_expert = specialize(make_with_pos_to_expert, 'bf16')
+build_fp32_with_pos_to_expert = specialize(make_with_pos_to_expert, 'fp32')
+build_bf16_with_pos_to_expert_with_clamp = specialize(make_with_pos_to_expert_with_clamp, 'bf16')
+build_fp32_with_pos_to_expert_with_clamp = specialize(make_with_pos_to_expert_with_clamp, 'fp32')
+build_bf16_with_pos_to_token_topk_with_topk_weights = specialize(make_with_pos_to_token_topk_with_topk_weights, 'bf16')
+build_fp32_with_pos_to_token_topk_with_topk_weights = specialize(make_with_pos_to_token_topk_with_topk_weights, 'fp32')
+build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_with_pos_to_token_topk_with_topk_weights_with_clamp, 'bf16'))
+build_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
+build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'bf16'))
+build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
+build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'bf16'))
+build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'fp32'))
+build_bf16_with_weights = specialize(make_with_weights, 'bf16')
+build_fp32_with_weights = specialize(make_with_weights, 'fp32')
+build_bf16_with_weights_with_clamp = specialize(make_with_weights_with_clamp, 'bf16')
+build_fp32_with_weights_with_clamp = specialize(make_with_weights_with_clamp, 'fp32')
+build_bf16_with_weights_with_pos_to_expert = specialize(make_with_weights_with_pos_to_expert, 'bf16')
+build_fp32_with_weights_with_pos_to_expert = specialize(make_with_weights_with_pos_to_expert, 'fp32')
+build_bf16_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_with_weights_with_pos_to_expert_with_clamp, 'bf16'))
+build_fp32_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_with_weights_with_pos_to_expert_with_clamp, 'fp32'))
+build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights, 'bf16'))
+build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights, 'fp32'))
+build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'bf16'))
+build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
+build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'bf16'))
+build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
+build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'bf16'))
+build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'fp32'))

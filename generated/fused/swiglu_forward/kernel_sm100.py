@@ -2,21 +2,22 @@
 # with the formats and the sm100 profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `swiglu_forward` for the `sm100` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
 COMPILE_FLAGS = ['-fmad=false']
 
 
-def build_bf16(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
+def make_base(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -26,11 +27,15 @@ def build_bf16(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'bfloat16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        out: T.Tensor((T_, H), 'bfloat16'),
+        out: PARAM_out,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
@@ -45,14 +50,19 @@ def build_bf16(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t
                     LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                        (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
-                            * T.float32(routed_scaling_factor)), "bfloat16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
+                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                                * T.float32(routed_scaling_factor)), "bfloat16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
+                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                            * T.float32(routed_scaling_factor))
 
     return kernel
 
 
-def build_bf16_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
+def make_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -63,11 +73,15 @@ def build_bf16_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'bfloat16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        out: T.Tensor((T_, H), 'bfloat16'),
+        out: PARAM_out,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
@@ -115,14 +129,19 @@ def build_bf16_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=1
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                        (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
-                            * T.float32(routed_scaling_factor)), "bfloat16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
+                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                                * T.float32(routed_scaling_factor)), "bfloat16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
+                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                            * T.float32(routed_scaling_factor))
 
     return kernel
 
 
-def build_bf16_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
+def make_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -132,12 +151,16 @@ def build_bf16_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, t
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'bfloat16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'bfloat16'),
+        out: PARAM_out,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
@@ -159,14 +182,19 @@ def build_bf16_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, t
                     LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                        (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
-                            * T.float32(routed_scaling_factor)), "bfloat16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
+                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                                * T.float32(routed_scaling_factor)), "bfloat16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
+                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                            * T.float32(routed_scaling_factor))
 
     return kernel
 
 
-def build_bf16_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1,
+def make_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1,
         tile_elems=4096):
     T_ = T.dynamic("T")
     N_t = T_
@@ -178,12 +206,16 @@ def build_bf16_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'bfloat16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'bfloat16'),
+        out: PARAM_out,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
@@ -238,14 +270,19 @@ def build_bf16_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                        (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
-                            * T.float32(routed_scaling_factor)), "bfloat16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
+                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                                * T.float32(routed_scaling_factor)), "bfloat16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
+                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                            * T.float32(routed_scaling_factor))
 
     return kernel
 
 
-def build_bf16_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=128,
+def make_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=128,
         block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -257,13 +294,17 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'bfloat16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: T.Tensor((T_, H), 'bfloat16'),
+        out: PARAM_out,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
@@ -293,14 +334,18 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                        (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
-                        "bfloat16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
+                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
+                            "bfloat16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
+                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=
+def make_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=
         128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -313,13 +358,17 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'bfloat16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: T.Tensor((T_, H), 'bfloat16'),
+        out: PARAM_out,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
@@ -383,13 +432,18 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_sca
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                        (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]), "bfloat16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
+                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
+                            "bfloat16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
+                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *,
+def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x_dtype, *,
         threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -401,6 +455,10 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'bfloat16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
@@ -408,7 +466,7 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'bfloat16'),
+        out: PARAM_out,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
@@ -442,14 +500,18 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, ro
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                        (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
-                        "bfloat16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
+                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
+                            "bfloat16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
+                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp,
+def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_factor, clamp,
         x_dtype, *, threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -462,6 +524,10 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'bfloat16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
@@ -469,7 +535,7 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'bfloat16'),
+        out: PARAM_out,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
@@ -537,13 +603,18 @@ def build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                        (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]), "bfloat16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
+                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
+                            "bfloat16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
+                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
+def make_with_weights(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -553,12 +624,16 @@ def build_bf16_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'bfloat16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         weights: T.Tensor((T_,), 'float32'),
-        out: T.Tensor((T_, H), 'bfloat16'),
+        out: PARAM_out,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
@@ -579,14 +654,18 @@ def build_bf16_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                        (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
-                        "bfloat16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
+                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
+                            "bfloat16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
+                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=
+def make_with_weights_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=
         4096):
     T_ = T.dynamic("T")
     N_t = T_
@@ -598,12 +677,16 @@ def build_bf16_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'bfloat16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         weights: T.Tensor((T_,), 'float32'),
-        out: T.Tensor((T_, H), 'bfloat16'),
+        out: PARAM_out,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
@@ -658,13 +741,18 @@ def build_bf16_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype,
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                        (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]), "bfloat16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
+                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
+                            "bfloat16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
+                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1,
+def make_with_weights_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1,
         tile_elems=4096):
     T_ = T.dynamic("T")
     N_t = T_
@@ -675,13 +763,17 @@ def build_bf16_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, 
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'bfloat16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         weights: T.Tensor((T_,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'bfloat16'),
+        out: PARAM_out,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
@@ -710,14 +802,18 @@ def build_bf16_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, 
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                        (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
-                        "bfloat16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
+                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
+                            "bfloat16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
+                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=128,
+def make_with_weights_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=128,
         block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     N_t = T_
@@ -729,13 +825,17 @@ def build_bf16_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'bfloat16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         weights: T.Tensor((T_,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'bfloat16'),
+        out: PARAM_out,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
@@ -798,13 +898,18 @@ def build_bf16_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_fact
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                        (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]), "bfloat16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
+                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
+                            "bfloat16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
+                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, clamp, x_dtype, *,
+def make_with_weights_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_scaling_factor, clamp, x_dtype, *,
         threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -816,6 +921,10 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'bfloat16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
@@ -823,7 +932,7 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
         weights: T.Tensor((T_,), 'float32'),
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: T.Tensor((T_, H), 'bfloat16'),
+        out: PARAM_out,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
@@ -857,15 +966,19 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_s
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                        (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
-                        "bfloat16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
+                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
+                            "bfloat16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
+                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_factor, clamp,
-        x_dtype, *, threads=128, block_t=1, tile_elems=4096):
+def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype,
+        *, threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
     N_t = T_
@@ -877,6 +990,10 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'bfloat16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
@@ -884,7 +1001,7 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
         weights: T.Tensor((T_,), 'float32'),
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: T.Tensor((T_, H), 'bfloat16'),
+        out: PARAM_out,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
@@ -952,13 +1069,18 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                        (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]), "bfloat16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
+                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
+                            "bfloat16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
+                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_scaling_factor, clamp,
+def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp,
         x_dtype, *, threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -970,6 +1092,10 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'bfloat16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
@@ -978,7 +1104,7 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'bfloat16'),
+        out: PARAM_out,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
@@ -1016,14 +1142,18 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                        (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
-                        "bfloat16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
+                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
+                            "bfloat16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
+                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H,
+def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(fmt, H,
         routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -1036,6 +1166,10 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
     B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'bf16':
+        PARAM_out = T.Tensor((T_, H), 'bfloat16')
+    if fmt == 'fp32':
+        PARAM_out = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
@@ -1044,7 +1178,7 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'bfloat16'),
+        out: PARAM_out,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
@@ -1116,1107 +1250,63 @@ def build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                        (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]), "bfloat16")
+                    if fmt == 'bf16':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
+                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
+                            "bfloat16")
+                    if fmt == 'fp32':
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
+                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
-def build_fp32(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        out: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                        ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
-                        * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_fp32_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_n = N_n
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        out: T.Tensor((T_, H), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            b = T.alloc_fragment((B_t, B_h), 'float32')
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                        ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
-                        * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_fp32_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                        ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
-                        * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_fp32_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1,
-        tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_n = N_n
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            b = T.alloc_fragment((B_t, B_h), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                        ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
-                        * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def build_fp32_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=128,
-        block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                        ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=
-        128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_n = N_n
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: T.Tensor((T_, H), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            b = T.alloc_fragment((B_t, B_h), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                        ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *,
-        threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                        ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp,
-        x_dtype, *, threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_n = N_n
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            b = T.alloc_fragment((B_t, B_h), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                        ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        out: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                        ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=
-        4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_n = N_n
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        out: T.Tensor((T_, H), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            b = T.alloc_fragment((B_t, B_h), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                        ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1,
-        tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                        ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads=128,
-        block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_n = N_n
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            b = T.alloc_fragment((B_t, B_h), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                        ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, clamp, x_dtype, *,
-        threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                        ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_factor, clamp,
-        x_dtype, *, threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_n = N_n
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: T.Tensor((T_, H), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            b = T.alloc_fragment((B_t, B_h), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                        ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_scaling_factor, clamp,
-        x_dtype, *, threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                        ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H,
-        routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_n = N_n
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_n))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: T.Tensor((T_, H), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            b = T.alloc_fragment((B_t, B_h), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                        ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
-
-    return kernel
+# the variants of the shared factories
+build_bf16 = specialize(make_base, 'bf16')
+build_fp32 = specialize(make_base, 'fp32')
+build_bf16_with_clamp = specialize(make_with_clamp, 'bf16')
+build_fp32_with_clamp = specialize(make_with_clamp, 'fp32')
+build_bf16_with_pos_to_expert = specialize(make_with_pos_to_expert, 'bf16')
+build_fp32_with_pos_to_expert = specialize(make_with_pos_to_expert, 'fp32')
+build_bf16_with_pos_to_expert_with_clamp = specialize(make_with_pos_to_expert_with_clamp, 'bf16')
+build_fp32_with_pos_to_expert_with_clamp = specialize(make_with_pos_to_expert_with_clamp, 'fp32')
+build_bf16_with_pos_to_token_topk_with_topk_weights = specialize(make_with_pos_to_token_topk_with_topk_weights, 'bf16')
+build_fp32_with_pos_to_token_topk_with_topk_weights = specialize(make_with_pos_to_token_topk_with_topk_weights, 'fp32')
+build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_with_pos_to_token_topk_with_topk_weights_with_clamp, 'bf16'))
+build_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
+build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'bf16'))
+build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
+build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'bf16'))
+build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'fp32'))
+build_bf16_with_weights = specialize(make_with_weights, 'bf16')
+build_fp32_with_weights = specialize(make_with_weights, 'fp32')
+build_bf16_with_weights_with_clamp = specialize(make_with_weights_with_clamp, 'bf16')
+build_fp32_with_weights_with_clamp = specialize(make_with_weights_with_clamp, 'fp32')
+build_bf16_with_weights_with_pos_to_expert = specialize(make_with_weights_with_pos_to_expert, 'bf16')
+build_fp32_with_weights_with_pos_to_expert = specialize(make_with_weights_with_pos_to_expert, 'fp32')
+build_bf16_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_with_weights_with_pos_to_expert_with_clamp, 'bf16'))
+build_fp32_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_with_weights_with_pos_to_expert_with_clamp, 'fp32'))
+build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights, 'bf16'))
+build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights, 'fp32'))
+build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'bf16'))
+build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
+build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'bf16'))
+build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
+build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'bf16'))
+build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'fp32'))

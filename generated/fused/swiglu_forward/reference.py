@@ -2,37 +2,17 @@
 # with the formats. Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `swiglu_forward`.
 
-The oracle its kernels are tested against, one function per variant. It runs the statements of the
-kernels on whole tensors, in float32, with the same operations in the same order, and encodes outputs
-through the same generated software codecs.
+The oracle its kernels are tested against, one function per variant (`reference_<variant>`: its own, or
+a shared `make_reference_...` with the params that tell variants apart bound first, where they differ
+only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
+same operations in the same order, and encodes outputs through the same generated software codecs.
 """
+from tkgen.runtime.schedule import specialize
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16
 
 
-def reference_bf16(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=
-        None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * _f32(float(routed_scaling_factor))), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def reference_bf16_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp,
+def make_reference_base(fmt, x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp,
         _given=None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
@@ -43,856 +23,25 @@ def reference_bf16_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
-        _t2_by_t = _sum(_t2_ones, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
-        _t3_by_t = _sum(_t3_ones, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t4_by_t = _sum(_t4_ones, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * _f32(float(routed_scaling_factor))), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_out, _s_clamped_count
-
-
-def reference_bf16_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor,
-        clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * _f32(float(routed_scaling_factor))), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def written_rows_bf16_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        return keep
-
-
-def reference_bf16_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t2_by_t = _sum(_t2_ones, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t3_by_t = _sum(_t3_ones, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
-        _t4_by_t = _sum(_t4_ones, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * _f32(float(routed_scaling_factor))), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        return _s_out, _s_clamped_count
-
-
-def written_rows_bf16_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        return keep
-
-
-def reference_bf16_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def written_rows_bf16_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        return keep
-
-
-def reference_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t2_by_t = _sum(_t2_ones, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t3_by_t = _sum(_t3_ones, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
-        _t4_by_t = _sum(_t4_ones, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        return _s_out, _s_clamped_count
-
-
-def written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        return keep
-
-
-def reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk,
-        topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk,
-        topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        return keep
-
-
-def reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk,
-        topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t2_by_t = _sum(_t2_ones, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t3_by_t = _sum(_t3_ones, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
-        _t4_by_t = _sum(_t4_ones, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        return _s_out, _s_clamped_count
-
-
-def written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        return keep
-
-
-def reference_bf16_with_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor,
-        clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def reference_bf16_with_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
-        _t2_by_t = _sum(_t2_ones, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
-        _t3_by_t = _sum(_t3_ones, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t4_by_t = _sum(_t4_ones, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_out, _s_clamped_count
-
-
-def reference_bf16_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def written_rows_bf16_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        return keep
-
-
-def reference_bf16_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t2_by_t = _sum(_t2_ones, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t3_by_t = _sum(_t3_ones, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
-        _t4_by_t = _sum(_t4_ones, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        return _s_out, _s_clamped_count
-
-
-def written_rows_bf16_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        return keep
-
-
-def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        return keep
-
-
-def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk,
-        topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t2_by_t = _sum(_t2_ones, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t3_by_t = _sum(_t3_ones, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
-        _t4_by_t = _sum(_t4_ones, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        return _s_out, _s_clamped_count
-
-
-def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk,
-        topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        return keep
-
-
-def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        return keep
-
-
-def reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t2_by_t = _sum(_t2_ones, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t3_by_t = _sum(_t3_ones, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
-        _t4_by_t = _sum(_t4_ones, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        return _s_out, _s_clamped_count
-
-
-def written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        return keep
-
-
-def reference_fp32(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=
-        None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        if fmt == 'bf16':
+            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        if fmt == 'fp32':
+            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
         a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
             (N_t, N_h))
         b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
             (N_t, N_h))
         out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * _f32(float(routed_scaling_factor))), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
+        if fmt == 'bf16':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
+                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
+        if fmt == 'fp32':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
         return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
-def reference_fp32_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp,
-        _given=None):
+def make_reference_with_clamp(fmt, x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor,
+        clamp, _given=None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
     N_t = T_
@@ -902,7 +51,10 @@ def reference_fp32_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        if fmt == 'bf16':
+            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        if fmt == 'fp32':
+            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
         _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
         a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
             (N_t, N_h))
@@ -925,12 +77,16 @@ def reference_fp32_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_t
         b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
             (N_t, N_h))
         out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * _f32(float(routed_scaling_factor))), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
+        if fmt == 'bf16':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
+                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
+        if fmt == 'fp32':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
         return _s_out, _s_clamped_count
 
 
-def reference_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor,
-        clamp, _given=None):
+def make_reference_base_2(fmt, with_weights, with_pos_to_expert, x, weights, pos_to_token_topk, topk_weights,
+        pos_to_expert, routed_scaling_factor, clamp, _given=None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
     N_t = T_
@@ -940,24 +96,45 @@ def reference_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weight
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * _f32(float(routed_scaling_factor))), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        if fmt == 'bf16':
+            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        if fmt == 'fp32':
+            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        if with_weights == False:
+            _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+            keep = _fit((_t0 >= 0), (N_t,))
+            a0 = _fit(
+                torch.where(keep[:, None],
+                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                    0), (N_t, N_h))
+            b0 = _fit(
+                torch.where(keep[:, None],
+                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                    0), (N_t, N_h))
+            out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * _f32(float(routed_scaling_factor))), (N_t, N_h))
+        if with_weights == True:
+            a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                (N_t, N_h))
+            b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                (N_t, N_h))
+            _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+            w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+            out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
+        if (fmt, with_weights) == ('bf16', False):
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
+                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        if (fmt, with_weights) == ('bf16', True):
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
+                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
+        if (fmt, with_weights) == ('fp32', False):
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        if (fmt, with_weights) == ('fp32', True):
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
         return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
-def written_rows_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
+def make_reference_with_clamp_2(fmt, with_weights, with_pos_to_expert, x, weights, pos_to_token_topk, topk_weights,
+        pos_to_expert, routed_scaling_factor, clamp, _given=None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
     N_t = T_
@@ -967,73 +144,80 @@ def written_rows_fp32_with_pos_to_expert(x, weights, pos_to_token_topk, topk_wei
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        return keep
-
-
-def reference_fp32_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        if fmt == 'bf16':
+            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        if fmt == 'fp32':
+            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
         _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t2_by_t = _sum(_t2_ones, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t3_by_t = _sum(_t3_ones, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
-        _t4_by_t = _sum(_t4_ones, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * _f32(float(routed_scaling_factor))), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        if with_weights == False:
+            _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+            keep = _fit((_t0 >= 0), (N_t,))
+            a0 = _fit(
+                torch.where(keep[:, None],
+                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                    0), (N_t, N_h))
+            b0 = _fit(
+                torch.where(keep[:, None],
+                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                    0), (N_t, N_h))
+            _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+            _t2_by_t = _sum(_t2_ones, 1)
+            _t2 = _sum(_t2_by_t, 0)
+            _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+            _t3_by_t = _sum(_t3_ones, 1)
+            _t3 = _sum(_t3_by_t, 0)
+            _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
+            _t4_by_t = _sum(_t4_ones, 1)
+            _t4 = _sum(_t4_by_t, 0)
+            clamped_count_tile = _fit(
+                torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)),
+                (N_n,))
+            _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
+                True)
+            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
+                (N_t, N_h))
+            out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * _f32(float(routed_scaling_factor))), (N_t, N_h))
+        if with_weights == True:
+            a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                (N_t, N_h))
+            b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                (N_t, N_h))
+            _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
+            _t2_by_t = _sum(_t2_ones, 1)
+            _t2 = _sum(_t2_by_t, 0)
+            _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
+            _t3_by_t = _sum(_t3_ones, 1)
+            _t3 = _sum(_t3_by_t, 0)
+            _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_h))
+            _t4_by_t = _sum(_t4_ones, 1)
+            _t4 = _sum(_t4_by_t, 0)
+            clamped_count_tile = _fit(
+                torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)),
+                (N_n,))
+            _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
+                True)
+            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
+                (N_t, N_h))
+            _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+            w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+            out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
+        if (fmt, with_weights) == ('bf16', False):
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
+                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        if (fmt, with_weights) == ('bf16', True):
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
+                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
+        if (fmt, with_weights) == ('fp32', False):
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        if (fmt, with_weights) == ('fp32', True):
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
         return _s_out, _s_clamped_count
 
 
-def written_rows_fp32_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        return keep
-
-
-def reference_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
+def make_reference_with_pos_to_token_topk_with_topk_weights(fmt, x, weights, pos_to_token_topk, topk_weights,
+        pos_to_expert, routed_scaling_factor, clamp, _given=None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
@@ -1046,7 +230,10 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        if fmt == 'bf16':
+            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        if fmt == 'fp32':
+            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
         _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
         keep = _fit((_t1 >= 0), (N_t,))
         a0 = _fit(
@@ -1063,11 +250,15 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_t
                     torch.float32), 0), (N_t,))
         w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
         out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        if fmt == 'bf16':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
+                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        if fmt == 'fp32':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
         return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
-def written_rows_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights,
+def make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, x, weights, pos_to_token_topk, topk_weights,
         pos_to_expert, routed_scaling_factor, clamp, _given=None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
@@ -1081,26 +272,10 @@ def written_rows_fp32_with_pos_to_token_topk_with_topk_weights(x, weights, pos_t
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        return keep
-
-
-def reference_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        if fmt == 'bf16':
+            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        if fmt == 'fp32':
+            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
         _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
         _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
         keep = _fit((_t1 >= 0), (N_t,))
@@ -1134,139 +309,15 @@ def reference_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weight
                     torch.float32), 0), (N_t,))
         w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
         out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        if fmt == 'bf16':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
+                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        if fmt == 'fp32':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
         return _s_out, _s_clamped_count
 
 
-def written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        return keep
-
-
-def reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk,
-        topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
-        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights, pos_to_token_topk,
-        topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        return keep
-
-
-def reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk,
-        topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t2_by_t = _sum(_t2_ones, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t3_by_t = _sum(_t3_ones, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
-        _t4_by_t = _sum(_t4_ones, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
-        return _s_out, _s_clamped_count
-
-
-def written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights,
+def make_reference_with_pos_to_token_topk_with_topk_weights_2(fmt, with_weights, with_pos_to_expert, x, weights,
         pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
@@ -1280,39 +331,59 @@ def written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        return keep
-
-
-def reference_fp32_with_weights(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor,
-        clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        if fmt == 'bf16':
+            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        if fmt == 'fp32':
+            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        if with_weights == False:
+            _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+            _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+            keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+            a0 = _fit(
+                torch.where(keep[:, None],
+                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                    0), (N_t, N_h))
+            b0 = _fit(
+                torch.where(keep[:, None],
+                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                    0), (N_t, N_h))
+        if with_weights == True:
+            _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+            keep = _fit((_t1 >= 0), (N_t,))
+            a0 = _fit(
+                torch.where(keep[:, None],
+                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                    0), (N_t, N_h))
+            b0 = _fit(
+                torch.where(keep[:, None],
+                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                    0), (N_t, N_h))
+            _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0),
+                (N_t,))
+        _t6 = _fit(
+            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
+                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
+                    torch.float32), 0), (N_t,))
+        if with_weights == False:
+            w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        if with_weights == True:
+            w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
         out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
+        if fmt == 'bf16':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
+                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        if fmt == 'fp32':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
         return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
-def reference_fp32_with_weights_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
+def make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp_2(fmt, with_weights, with_pos_to_expert, x,
+        weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
+    T_tok = topk_weights.shape[0]
+    K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -1320,36 +391,88 @@ def reference_fp32_with_weights_with_clamp(x, weights, pos_to_token_topk, topk_w
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        if fmt == 'bf16':
+            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        if fmt == 'fp32':
+            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
         _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
-        _t2_by_t = _sum(_t2_ones, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
-        _t3_by_t = _sum(_t3_ones, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t4_by_t = _sum(_t4_ones, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        if with_weights == False:
+            _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+            _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+            keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+            a0 = _fit(
+                torch.where(keep[:, None],
+                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                    0), (N_t, N_h))
+            b0 = _fit(
+                torch.where(keep[:, None],
+                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                    0), (N_t, N_h))
+            _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+            _t2_by_t = _sum(_t2_ones, 1)
+            _t2 = _sum(_t2_by_t, 0)
+            _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+            _t3_by_t = _sum(_t3_ones, 1)
+            _t3 = _sum(_t3_by_t, 0)
+            _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
+            _t4_by_t = _sum(_t4_ones, 1)
+            _t4 = _sum(_t4_by_t, 0)
+            clamped_count_tile = _fit(
+                torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)),
+                (N_n,))
+            _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
+                True)
+            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
+                (N_t, N_h))
+        if with_weights == True:
+            _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+            keep = _fit((_t1 >= 0), (N_t,))
+            a0 = _fit(
+                torch.where(keep[:, None],
+                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                    0), (N_t, N_h))
+            b0 = _fit(
+                torch.where(keep[:, None],
+                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                    0), (N_t, N_h))
+            _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+            _t2_by_t = _sum(_t2_ones, 1)
+            _t2 = _sum(_t2_by_t, 0)
+            _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+            _t3_by_t = _sum(_t3_ones, 1)
+            _t3 = _sum(_t3_by_t, 0)
+            _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
+            _t4_by_t = _sum(_t4_ones, 1)
+            _t4 = _sum(_t4_by_t, 0)
+            clamped_count_tile = _fit(
+                torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)),
+                (N_n,))
+            _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
+                True)
+            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
+            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
+                (N_t, N_h))
+            _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0),
+                (N_t,))
+        _t6 = _fit(
+            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
+                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
+                    torch.float32), 0), (N_t,))
+        if with_weights == False:
+            w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        if with_weights == True:
+            w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
         out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
+        if fmt == 'bf16':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
+                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        if fmt == 'fp32':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
         return _s_out, _s_clamped_count
 
 
-def reference_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert,
+def make_reference_with_weights_with_pos_to_expert(fmt, x, weights, pos_to_token_topk, topk_weights, pos_to_expert,
         routed_scaling_factor, clamp, _given=None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
@@ -1360,7 +483,10 @@ def reference_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        if fmt == 'bf16':
+            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        if fmt == 'fp32':
+            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
         _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
         keep = _fit((_t0 >= 0), (N_t,))
         a0 = _fit(
@@ -1374,27 +500,15 @@ def reference_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk
         _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
         w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
         out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        if fmt == 'bf16':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
+                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        if fmt == 'fp32':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
         return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
-def written_rows_fp32_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        return keep
-
-
-def reference_fp32_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights,
+def make_reference_with_weights_with_pos_to_expert_with_clamp(fmt, x, weights, pos_to_token_topk, topk_weights,
         pos_to_expert, routed_scaling_factor, clamp, _given=None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
@@ -1405,7 +519,10 @@ def reference_fp32_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        if fmt == 'bf16':
+            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        if fmt == 'fp32':
+            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
         _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
         _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
         keep = _fit((_t0 >= 0), (N_t,))
@@ -1436,154 +553,15 @@ def reference_fp32_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to
         _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
         w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
         out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        if fmt == 'bf16':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
+                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        if fmt == 'fp32':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
         return _s_out, _s_clamped_count
 
 
-def written_rows_fp32_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        return keep
-
-
-def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
-        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        return keep
-
-
-def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk,
-        topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t2_by_t = _sum(_t2_ones, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t3_by_t = _sum(_t3_ones, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
-        _t4_by_t = _sum(_t4_ones, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
-        return _s_out, _s_clamped_count
-
-
-def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk,
-        topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        return keep
-
-
-def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights,
+def make_reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(fmt, x, weights,
         pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
@@ -1597,7 +575,10 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        if fmt == 'bf16':
+            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        if fmt == 'fp32':
+            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
         _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
         _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
         keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
@@ -1616,11 +597,15 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
                     torch.float32), 0), (N_t,))
         w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
         out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        if fmt == 'bf16':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
+                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        if fmt == 'fp32':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
         return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
 
 
-def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights,
+def make_reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(fmt, x, weights,
         pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
@@ -1634,27 +619,10 @@ def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        return keep
-
-
-def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        if fmt == 'bf16':
+            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        if fmt == 'fp32':
+            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
         _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
         _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
         _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
@@ -1690,12 +658,51 @@ def reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_po
                     torch.float32), 0), (N_t,))
         w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
         out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
+        if fmt == 'bf16':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
+                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        if fmt == 'fp32':
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
         return _s_out, _s_clamped_count
 
 
-def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights,
+def make_written_rows_with_pos_to_expert(fmt, with_weights, with_clamp, x, weights, pos_to_token_topk, topk_weights,
+        pos_to_expert, routed_scaling_factor, clamp, _given=None):
+    T_ = x.shape[0]
+    H = (x.shape[1]) // 2
+    N_t = T_
+    N_s = 2
+    N_h = H
+    N_n = 3
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
+        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t0 >= 0), (N_t,))
+        return keep
+
+
+def make_written_rows_with_pos_to_token_topk_with_topk_weights(fmt, with_weights, with_clamp, x, weights,
         pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
+    T_ = x.shape[0]
+    H = (x.shape[1]) // 2
+    T_tok = topk_weights.shape[0]
+    K = topk_weights.shape[1]
+    n_topk_weights = topk_weights.numel()
+    N_t = T_
+    N_s = 2
+    N_h = H
+    N_n = 3
+    # factories name the device too: torch.compile does not carry the context into them
+    _dev = x.device
+    with torch.device(_dev):
+        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        keep = _fit((_t1 >= 0), (N_t,))
+        return keep
+
+
+def make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(fmt, with_weights, with_clamp, x,
+        weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
     T_tok = topk_weights.shape[0]
@@ -1712,6 +719,105 @@ def written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with
         _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
         keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
+
+
+# the variants of the shared functions
+reference_bf16 = specialize(make_reference_base, 'bf16')
+reference_fp32 = specialize(make_reference_base, 'fp32')
+reference_bf16_with_clamp = specialize(make_reference_with_clamp, 'bf16')
+reference_fp32_with_clamp = specialize(make_reference_with_clamp, 'fp32')
+reference_bf16_with_pos_to_expert = specialize(make_reference_base_2, 'bf16', False, True)
+reference_bf16_with_weights = specialize(make_reference_base_2, 'bf16', True, False)
+reference_fp32_with_pos_to_expert = specialize(make_reference_base_2, 'fp32', False, True)
+reference_fp32_with_weights = specialize(make_reference_base_2, 'fp32', True, False)
+reference_bf16_with_pos_to_expert_with_clamp = specialize(make_reference_with_clamp_2, 'bf16', False, True)
+reference_bf16_with_weights_with_clamp = specialize(make_reference_with_clamp_2, 'bf16', True, False)
+reference_fp32_with_pos_to_expert_with_clamp = specialize(make_reference_with_clamp_2, 'fp32', False, True)
+reference_fp32_with_weights_with_clamp = specialize(make_reference_with_clamp_2, 'fp32', True, False)
+reference_bf16_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_reference_with_pos_to_token_topk_with_topk_weights, 'bf16'))
+reference_fp32_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_reference_with_pos_to_token_topk_with_topk_weights, 'fp32'))
+reference_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp, 'bf16'))
+reference_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
+reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_2, 'bf16', False, True))
+reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_2, 'bf16', True, False))
+reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_2, 'fp32', False, True))
+reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_2, 'fp32', True, False))
+reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp_2, 'bf16', False, True))
+reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp_2, 'bf16', True, False))
+reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp_2, 'fp32', False, True))
+reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp_2, 'fp32', True, False))
+reference_bf16_with_weights_with_pos_to_expert = specialize(make_reference_with_weights_with_pos_to_expert, 'bf16')
+reference_fp32_with_weights_with_pos_to_expert = specialize(make_reference_with_weights_with_pos_to_expert, 'fp32')
+reference_bf16_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_with_weights_with_pos_to_expert_with_clamp, 'bf16'))
+reference_fp32_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_with_weights_with_pos_to_expert_with_clamp, 'fp32'))
+reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'bf16'))
+reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
+reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
+        'bf16'))
+reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
+        'fp32'))
+written_rows_bf16_with_pos_to_expert = specialize(make_written_rows_with_pos_to_expert, 'bf16', False, False)
+written_rows_bf16_with_pos_to_expert_with_clamp = specialize(make_written_rows_with_pos_to_expert, 'bf16', False, True)
+written_rows_bf16_with_weights_with_pos_to_expert = (
+    specialize(make_written_rows_with_pos_to_expert, 'bf16', True, False))
+written_rows_bf16_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_written_rows_with_pos_to_expert, 'bf16', True, True))
+written_rows_fp32_with_pos_to_expert = specialize(make_written_rows_with_pos_to_expert, 'fp32', False, False)
+written_rows_fp32_with_pos_to_expert_with_clamp = specialize(make_written_rows_with_pos_to_expert, 'fp32', False, True)
+written_rows_fp32_with_weights_with_pos_to_expert = (
+    specialize(make_written_rows_with_pos_to_expert, 'fp32', True, False))
+written_rows_fp32_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_written_rows_with_pos_to_expert, 'fp32', True, True))
+written_rows_bf16_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights, 'bf16', False, False))
+written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights, 'bf16', False, True))
+written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights, 'bf16', True, False))
+written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights, 'bf16', True, True))
+written_rows_fp32_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights, 'fp32', False, False))
+written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights, 'fp32', False, True))
+written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights, 'fp32', True, False))
+written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights, 'fp32', True, True))
+written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'bf16', False, False))
+written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'bf16', False, True))
+written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'bf16', True, False))
+written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'bf16', True, True))
+written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32', False, False))
+written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32', False, True))
+written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32', True, False))
+written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32', True, True))
 
 
 VARIANTS = {"bf16": reference_bf16, "bf16_with_clamp": reference_bf16_with_clamp, "bf16_with_pos_to_expert":

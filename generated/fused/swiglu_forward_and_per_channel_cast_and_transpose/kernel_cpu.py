@@ -2,14 +2,15 @@
 # with the formats and the cpu profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `swiglu_forward_and_per_channel_cast_and_transpose` for the `cpu` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16, encode_bf16, encode_e4m3
 
 TARGET = 'c'
@@ -17,7 +18,7 @@ PASS_CONFIGS = {'tirx.disable_vectorize': True}
 COMPILE_FLAGS = ['-O2', '-ffp-contract=off']
 
 
-def build_e4m3_fp32_true(H, group_tokens, clamp, x_dtype, *, threads=1, block_k=1):
+def make_e4m3_true(scale, H, group_tokens, clamp, x_dtype, *, threads=1, block_k=1):
     T_ = T.dynamic("T")
     N_k = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
@@ -64,8 +65,23 @@ def build_e4m3_fp32_true(H, group_tokens, clamp, x_dtype, *, threads=1, block_k=
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
                 if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
-                inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
+                    if scale == 'fp32':
+                        sf[(b_k * B_k + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_k * B_k + i_k), i_h] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
+                if scale == 'pow2':
+                    inv[i_k, i_h] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
                 q_staged[i_k, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_k, i_r, i_h]), "uint8")
@@ -76,7 +92,7 @@ def build_e4m3_fp32_true(H, group_tokens, clamp, x_dtype, *, threads=1, block_k=
     return kernel
 
 
-def build_e4m3_fp32_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads=1, block_k=1):
+def make_e4m3_true_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, threads=1, block_k=1):
     T_ = T.dynamic("T")
     N_k = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
@@ -127,8 +143,23 @@ def build_e4m3_fp32_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads=
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
                 if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
-                inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
+                    if scale == 'fp32':
+                        sf[(b_k * B_k + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_k * B_k + i_k), i_h] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
+                if scale == 'pow2':
+                    inv[i_k, i_h] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
                 q_staged[i_k, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_k, i_r, i_h]), "uint8")
@@ -139,7 +170,7 @@ def build_e4m3_fp32_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads=
     return kernel
 
 
-def build_e4m3_fp32_false(H, group_tokens, clamp, x_dtype, *, threads=1, block_k=1):
+def make_e4m3_false(scale, H, group_tokens, clamp, x_dtype, *, threads=1, block_k=1):
     T_ = T.dynamic("T")
     N_k = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
@@ -184,8 +215,23 @@ def build_e4m3_fp32_false(H, group_tokens, clamp, x_dtype, *, threads=1, block_k
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
                 if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
-                inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
+                    if scale == 'fp32':
+                        sf[(b_k * B_k + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_k * B_k + i_k), i_h] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
+                if scale == 'pow2':
+                    inv[i_k, i_h] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):
                     q[(((b_k * B_k + i_k) * N_r) + i_r), i_h] = T.cast(
@@ -194,7 +240,7 @@ def build_e4m3_fp32_false(H, group_tokens, clamp, x_dtype, *, threads=1, block_k
     return kernel
 
 
-def build_e4m3_fp32_false_with_clamp(H, group_tokens, clamp, x_dtype, *, threads=1, block_k=1):
+def make_e4m3_false_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, threads=1, block_k=1):
     T_ = T.dynamic("T")
     N_k = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
@@ -243,280 +289,23 @@ def build_e4m3_fp32_false_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
                 if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
-                inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):
-                    q[(((b_k * B_k + i_k) * N_r) + i_r), i_h] = T.cast(
-                        encode_e4m3((act[i_k, i_r, i_h] * inv[i_k, i_h])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_true(H, group_tokens, clamp, x_dtype, *, threads=1, block_k=1):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    B_r = N_r
-    B_h = N_h
-    B_k = block_k
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((H, T_), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k), threads=threads) as (b_k,):
-            a0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_local((B_k, B_h), 'float32')
-            amax = T.alloc_local((B_k, B_h), 'float32')
-            inv = T.alloc_local((B_k, B_h), 'float32')
-            q_tile = T.alloc_local((B_k, B_r, B_h), 'float32')
-            q_staged = T.alloc_local((B_k, B_r, B_h + bank_pad('uint8')), 'uint8')
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    act[i_k, i_r, i_h], T.float32(0.0))
-                act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
-                    T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
-            T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.grid(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), i_h] = T.reinterpret(
-                        (
+                    if scale == 'fp32':
+                        sf[(b_k * B_k + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_k * B_k + i_k), i_h] = T.reinterpret(
                             (
-                                ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_k, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
-                q_staged[i_k, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_k, i_r, i_h]), "uint8")
-            for i_h, i_k, i_r in T.grid(B_h, B_k, B_r):
-                if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):
-                    q[i_h, (((b_k * B_k + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
-
-    return kernel
-
-
-def build_e4m3_pow2_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads=1, block_k=1):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    B_r = N_r
-    B_h = N_h
-    B_k = block_k
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((H, T_), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k), threads=threads) as (b_k,):
-            a0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            a = T.alloc_local((B_k, B_r, B_h), 'float32')
-            b = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_local((B_k, B_h), 'float32')
-            amax = T.alloc_local((B_k, B_h), 'float32')
-            inv = T.alloc_local((B_k, B_h), 'float32')
-            q_tile = T.alloc_local((B_k, B_r, B_h), 'float32')
-            q_staged = T.alloc_local((B_k, B_r, B_h + bank_pad('uint8')), 'uint8')
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
-                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    act[i_k, i_r, i_h], T.float32(0.0))
-                act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
-                    T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
-            T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.grid(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), i_h] = T.reinterpret(
+                                (
+                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
+                if scale == 'pow2':
+                    inv[i_k, i_h] = T.reinterpret(
                         (
-                            (
-                                ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_k, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
-                q_staged[i_k, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_k, i_r, i_h]), "uint8")
-            for i_h, i_k, i_r in T.grid(B_h, B_k, B_r):
-                if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):
-                    q[i_h, (((b_k * B_k + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
-
-    return kernel
-
-
-def build_e4m3_pow2_false(H, group_tokens, clamp, x_dtype, *, threads=1, block_k=1):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    B_r = N_r
-    B_h = N_h
-    B_k = block_k
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k), threads=threads) as (b_k,):
-            a0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_local((B_k, B_h), 'float32')
-            amax = T.alloc_local((B_k, B_h), 'float32')
-            inv = T.alloc_local((B_k, B_h), 'float32')
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    act[i_k, i_r, i_h], T.float32(0.0))
-                act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
-                    T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
-            T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.grid(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), i_h] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_k, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):
-                    q[(((b_k * B_k + i_k) * N_r) + i_r), i_h] = T.cast(
-                        encode_e4m3((act[i_k, i_r, i_h] * inv[i_k, i_h])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_false_with_clamp(H, group_tokens, clamp, x_dtype, *, threads=1, block_k=1):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    B_r = N_r
-    B_h = N_h
-    B_k = block_k
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k), threads=threads) as (b_k,):
-            a0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            a = T.alloc_local((B_k, B_r, B_h), 'float32')
-            b = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_local((B_k, B_h), 'float32')
-            amax = T.alloc_local((B_k, B_h), 'float32')
-            inv = T.alloc_local((B_k, B_h), 'float32')
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
-                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    act[i_k, i_r, i_h], T.float32(0.0))
-                act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
-                    T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
-            T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.grid(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), i_h] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_k, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):
                     q[(((b_k * B_k + i_k) * N_r) + i_r), i_h] = T.cast(
@@ -891,3 +680,14 @@ def build_e4m3_ue8m0_false_with_clamp(H, group_tokens, clamp, x_dtype, *, thread
                         encode_e4m3((act[i_k, i_r, i_h] * inv[i_k, i_h])), "uint8")
 
     return kernel
+
+
+# the variants of the shared factories
+build_e4m3_fp32_true = specialize(make_e4m3_true, 'fp32')
+build_e4m3_pow2_true = specialize(make_e4m3_true, 'pow2')
+build_e4m3_fp32_true_with_clamp = specialize(make_e4m3_true_with_clamp, 'fp32')
+build_e4m3_pow2_true_with_clamp = specialize(make_e4m3_true_with_clamp, 'pow2')
+build_e4m3_fp32_false = specialize(make_e4m3_false, 'fp32')
+build_e4m3_pow2_false = specialize(make_e4m3_false, 'pow2')
+build_e4m3_fp32_false_with_clamp = specialize(make_e4m3_false_with_clamp, 'fp32')
+build_e4m3_pow2_false_with_clamp = specialize(make_e4m3_false_with_clamp, 'pow2')

@@ -2,14 +2,15 @@
 # with the formats and the cpu profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `swiglu_forward_and_per_token_cast` for the `cpu` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16, encode_e4m3
 
 TARGET = 'c'
@@ -17,7 +18,7 @@ PASS_CONFIGS = {'tirx.disable_vectorize': True}
 COMPILE_FLAGS = ['-O2', '-ffp-contract=off']
 
 
-def build_e4m3_fp32(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
+def make_e4m3(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -61,8 +62,23 @@ def build_e4m3_fp32(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -71,7 +87,7 @@ def build_e4m3_fp32(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
     return kernel
 
 
-def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
+def make_e4m3_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -155,8 +171,23 @@ def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -165,7 +196,7 @@ def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
     return kernel
 
 
-def build_e4m3_fp32_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
+def make_e4m3_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -217,8 +248,23 @@ def build_e4m3_fp32_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -227,7 +273,7 @@ def build_e4m3_fp32_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
     return kernel
 
 
-def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1,
+def make_e4m3_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1,
         block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
@@ -321,8 +367,23 @@ def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -331,7 +392,7 @@ def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
     return kernel
 
 
-def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(H, group, routed_scaling_factor, clamp, x_dtype, *,
+def make_e4m3_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_scaling_factor, clamp, x_dtype, *,
         threads=1, block_t=1):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -394,8 +455,23 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -404,8 +480,8 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
     return kernel
 
 
-def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
-        *, threads=1, block_t=1):
+def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, group, routed_scaling_factor, clamp,
+        x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
     N_t = T_
@@ -509,8 +585,23 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -519,7 +610,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
     return kernel
 
 
-def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, group, routed_scaling_factor, clamp,
+def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp,
         x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -587,8 +678,23 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -597,7 +703,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
     return kernel
 
 
-def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, group,
+def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(scale, H, group,
         routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -707,8 +813,23 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -717,7 +838,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
     return kernel
 
 
-def build_e4m3_fp32_with_weights(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
+def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -768,8 +889,23 @@ def build_e4m3_fp32_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -778,7 +914,7 @@ def build_e4m3_fp32_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
     return kernel
 
 
-def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
+def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -870,8 +1006,23 @@ def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, cla
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -880,7 +1031,7 @@ def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, cla
     return kernel
 
 
-def build_e4m3_fp32_with_weights_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1,
+def make_e4m3_with_weights_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1,
         block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
@@ -941,8 +1092,23 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -951,7 +1117,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
     return kernel
 
 
-def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *,
+def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype, *,
         threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
@@ -1054,8 +1220,23 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -1064,7 +1245,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
     return kernel
 
 
-def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, group, routed_scaling_factor, clamp,
+def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_scaling_factor, clamp,
         x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -1132,8 +1313,23 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -1142,7 +1338,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
     return kernel
 
 
-def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group, routed_scaling_factor,
+def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, group, routed_scaling_factor,
         clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -1252,8 +1448,23 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -1262,7 +1473,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
     return kernel
 
 
-def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, group,
+def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale, H, group,
         routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -1335,370 +1546,23 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, group,
-        routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
                             (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
                         (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -1707,1233 +1571,7 @@ def build_e4m3_pow2_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
     return kernel
 
 
-def build_e4m3_pow2_with_pos_to_expert_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1,
-        block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(H, group, routed_scaling_factor, clamp, x_dtype, *,
-        threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
-        *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, group, routed_scaling_factor, clamp,
-        x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, group,
-        routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weights(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weights_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=1,
-        block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *,
-        threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(H, group, routed_scaling_factor, clamp,
-        x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group, routed_scaling_factor,
-        clamp, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, group,
-        routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, group,
+def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(scale, H, group,
         routed_scaling_factor, clamp, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -3048,17 +1686,23 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
                             (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -5046,3 +3690,56 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                         "uint8")
 
     return kernel
+
+
+# the variants of the shared factories
+build_e4m3_fp32 = specialize(make_e4m3, 'fp32')
+build_e4m3_pow2 = specialize(make_e4m3, 'pow2')
+build_e4m3_fp32_with_clamp = specialize(make_e4m3_with_clamp, 'fp32')
+build_e4m3_pow2_with_clamp = specialize(make_e4m3_with_clamp, 'pow2')
+build_e4m3_fp32_with_pos_to_expert = specialize(make_e4m3_with_pos_to_expert, 'fp32')
+build_e4m3_pow2_with_pos_to_expert = specialize(make_e4m3_with_pos_to_expert, 'pow2')
+build_e4m3_fp32_with_pos_to_expert_with_clamp = specialize(make_e4m3_with_pos_to_expert_with_clamp, 'fp32')
+build_e4m3_pow2_with_pos_to_expert_with_clamp = specialize(make_e4m3_with_pos_to_expert_with_clamp, 'pow2')
+build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights, 'fp32'))
+build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights, 'pow2'))
+build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
+build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp, 'pow2'))
+build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
+build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'pow2'))
+build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'fp32'))
+build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'pow2'))
+build_e4m3_fp32_with_weights = specialize(make_e4m3_with_weights, 'fp32')
+build_e4m3_pow2_with_weights = specialize(make_e4m3_with_weights, 'pow2')
+build_e4m3_fp32_with_weights_with_clamp = specialize(make_e4m3_with_weights_with_clamp, 'fp32')
+build_e4m3_pow2_with_weights_with_clamp = specialize(make_e4m3_with_weights_with_clamp, 'pow2')
+build_e4m3_fp32_with_weights_with_pos_to_expert = specialize(make_e4m3_with_weights_with_pos_to_expert, 'fp32')
+build_e4m3_pow2_with_weights_with_pos_to_expert = specialize(make_e4m3_with_weights_with_pos_to_expert, 'pow2')
+build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_expert_with_clamp, 'fp32'))
+build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_expert_with_clamp, 'pow2'))
+build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights, 'fp32'))
+build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights, 'pow2'))
+build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
+build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'pow2'))
+build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
+build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'pow2'))
+build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'fp32'))
+build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'pow2'))

@@ -2,21 +2,22 @@
 # with the formats and the sm100 profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `swiglu_forward_and_per_token_cast` for the `sm100` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
 COMPILE_FLAGS = ['-fmad=false']
 
 
-def build_e4m3_fp32(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
+def make_e4m3(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -60,8 +61,23 @@ def build_e4m3_fp32(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -70,7 +86,7 @@ def build_e4m3_fp32(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=
     return kernel
 
 
-def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=
+def make_e4m3_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=
         4096):
     T_ = T.dynamic("T")
     N_t = T_
@@ -155,8 +171,23 @@ def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -165,7 +196,7 @@ def build_e4m3_fp32_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, 
     return kernel
 
 
-def build_e4m3_fp32_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1,
+def make_e4m3_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1,
         tile_elems=4096):
     T_ = T.dynamic("T")
     N_t = T_
@@ -218,8 +249,23 @@ def build_e4m3_fp32_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -228,7 +274,7 @@ def build_e4m3_fp32_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x
     return kernel
 
 
-def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128,
+def make_e4m3_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128,
         block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     N_t = T_
@@ -322,8 +368,23 @@ def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -332,7 +393,7 @@ def build_e4m3_fp32_with_pos_to_expert_with_clamp(H, group, routed_scaling_facto
     return kernel
 
 
-def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(H, group, routed_scaling_factor, clamp, x_dtype, *,
+def make_e4m3_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_scaling_factor, clamp, x_dtype, *,
         threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -394,8 +455,23 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -404,8 +480,8 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights(H, group, routed_sc
     return kernel
 
 
-def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
-        *, threads=128, block_t=1, tile_elems=4096):
+def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, group, routed_scaling_factor, clamp,
+        x_dtype, *, threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
     N_t = T_
@@ -508,8 +584,23 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -518,7 +609,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group
     return kernel
 
 
-def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, group, routed_scaling_factor, clamp,
+def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp,
         x_dtype, *, threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -585,8 +676,23 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -595,7 +701,7 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(
     return kernel
 
 
-def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, group,
+def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(scale, H, group,
         routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -704,8 +810,23 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -714,8 +835,8 @@ def build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_
     return kernel
 
 
-def build_e4m3_fp32_with_weights(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=
-        4096):
+def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1,
+        tile_elems=4096):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -765,8 +886,23 @@ def build_e4m3_fp32_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -775,7 +911,7 @@ def build_e4m3_fp32_with_weights(H, group, routed_scaling_factor, clamp, x_dtype
     return kernel
 
 
-def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1,
+def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1,
         tile_elems=4096):
     T_ = T.dynamic("T")
     N_t = T_
@@ -867,8 +1003,23 @@ def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, cla
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -877,7 +1028,7 @@ def build_e4m3_fp32_with_weights_with_clamp(H, group, routed_scaling_factor, cla
     return kernel
 
 
-def build_e4m3_fp32_with_weights_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128,
+def make_e4m3_with_weights_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128,
         block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     N_t = T_
@@ -937,8 +1088,23 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -947,7 +1113,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert(H, group, routed_scaling_fac
     return kernel
 
 
-def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *,
+def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype, *,
         threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     N_t = T_
@@ -1049,8 +1215,23 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -1059,7 +1240,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp(H, group, routed_
     return kernel
 
 
-def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, group, routed_scaling_factor, clamp,
+def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_scaling_factor, clamp,
         x_dtype, *, threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -1126,8 +1307,23 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -1136,7 +1332,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights(H, gro
     return kernel
 
 
-def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group, routed_scaling_factor,
+def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, group, routed_scaling_factor,
         clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -1245,8 +1441,23 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -1255,7 +1466,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_c
     return kernel
 
 
-def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, group,
+def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale, H, group,
         routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -1327,8 +1538,23 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -1337,1587 +1563,7 @@ def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
     return kernel
 
 
-def build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, group,
-        routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_c = pad_pow2(N_c)
-    B_n = N_n
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)),
-                    T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=
-        4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_c = pad_pow2(N_c)
-    B_n = N_n
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)),
-                    T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1,
-        tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)),
-                    T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_pos_to_expert_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128,
-        block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_c = pad_pow2(N_c)
-    B_n = N_n
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)),
-                    T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights(H, group, routed_scaling_factor, clamp, x_dtype, *,
-        threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
-        *, threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_c = pad_pow2(N_c)
-    B_n = N_n
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, group, routed_scaling_factor, clamp,
-        x_dtype, *, threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, group,
-        routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_c = pad_pow2(N_c)
-    B_n = N_n
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weights(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=
-        4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1,
-        tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_c = pad_pow2(N_c)
-    B_n = N_n
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weights_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x_dtype, *, threads=128,
-        block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *,
-        threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_c = pad_pow2(N_c)
-    B_n = N_n
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights(H, group, routed_scaling_factor, clamp,
-        x_dtype, *, threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group, routed_scaling_factor,
-        clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_c = pad_pow2(N_c)
-    B_n = N_n
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_c) * B_n))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, group,
-        routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, group,
+def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(scale, H, group,
         routed_scaling_factor, clamp, x_dtype, *, threads=128, block_t=1, tile_elems=4096):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -3031,17 +1677,23 @@ def build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_p
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                        (
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
                             (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
                     q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -5021,3 +3673,56 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                         "float8_e4m3fn")
 
     return kernel
+
+
+# the variants of the shared factories
+build_e4m3_fp32 = specialize(make_e4m3, 'fp32')
+build_e4m3_pow2 = specialize(make_e4m3, 'pow2')
+build_e4m3_fp32_with_clamp = specialize(make_e4m3_with_clamp, 'fp32')
+build_e4m3_pow2_with_clamp = specialize(make_e4m3_with_clamp, 'pow2')
+build_e4m3_fp32_with_pos_to_expert = specialize(make_e4m3_with_pos_to_expert, 'fp32')
+build_e4m3_pow2_with_pos_to_expert = specialize(make_e4m3_with_pos_to_expert, 'pow2')
+build_e4m3_fp32_with_pos_to_expert_with_clamp = specialize(make_e4m3_with_pos_to_expert_with_clamp, 'fp32')
+build_e4m3_pow2_with_pos_to_expert_with_clamp = specialize(make_e4m3_with_pos_to_expert_with_clamp, 'pow2')
+build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights, 'fp32'))
+build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights, 'pow2'))
+build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
+build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp, 'pow2'))
+build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
+build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'pow2'))
+build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'fp32'))
+build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'pow2'))
+build_e4m3_fp32_with_weights = specialize(make_e4m3_with_weights, 'fp32')
+build_e4m3_pow2_with_weights = specialize(make_e4m3_with_weights, 'pow2')
+build_e4m3_fp32_with_weights_with_clamp = specialize(make_e4m3_with_weights_with_clamp, 'fp32')
+build_e4m3_pow2_with_weights_with_clamp = specialize(make_e4m3_with_weights_with_clamp, 'pow2')
+build_e4m3_fp32_with_weights_with_pos_to_expert = specialize(make_e4m3_with_weights_with_pos_to_expert, 'fp32')
+build_e4m3_pow2_with_weights_with_pos_to_expert = specialize(make_e4m3_with_weights_with_pos_to_expert, 'pow2')
+build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_expert_with_clamp, 'fp32'))
+build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_expert_with_clamp, 'pow2'))
+build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights, 'fp32'))
+build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights, 'pow2'))
+build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
+build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'pow2'))
+build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
+build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'pow2'))
+build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'fp32'))
+build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'pow2'))

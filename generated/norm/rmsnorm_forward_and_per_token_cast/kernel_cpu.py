@@ -2,14 +2,15 @@
 # with the formats and the cpu profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `rmsnorm_forward_and_per_token_cast` for the `cpu` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16, encode_bf16, encode_e4m3
 
 TARGET = 'c'
@@ -17,7 +18,7 @@ PASS_CONFIGS = {'tirx.disable_vectorize': True}
 COMPILE_FLAGS = ['-O2', '-ffp-contract=off']
 
 
-def build_e4m3_fp32(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
+def make_e4m3(scale, H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_g = (H // group)
@@ -68,8 +69,23 @@ def build_e4m3_fp32(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -78,7 +94,7 @@ def build_e4m3_fp32(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
     return kernel
 
 
-def build_e4m3_fp32_with_residual(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
+def make_e4m3_with_residual(scale, H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_g = (H // group)
@@ -137,8 +153,23 @@ def build_e4m3_fp32_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -147,7 +178,7 @@ def build_e4m3_fp32_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
     return kernel
 
 
-def build_e4m3_fp32_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
+def make_e4m3_with_weight(scale, H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_g = (H // group)
@@ -203,230 +234,23 @@ def build_e4m3_fp32_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1,
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_fp32_with_weight_with_residual(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        weight: T.Tensor((H,), STORAGE_x),
-        residual: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        rstd: T.Tensor((T_,), 'float32'),
-        residual_out: T.Tensor((T_, H), STORAGE_x),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            s = T.alloc_local((B_t, B_g, B_c), 'float32')
-            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g), 'float32')
-            _t3 = T.alloc_local((B_t,), 'float32')
-            rstd_tile = T.alloc_local((B_t,), 'float32')
-            _t4 = T.alloc_local((B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
-                if ((b_t * B_t + i_t) < N_t):
-                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-            T.reduce_sum(s2, _t2, dim=2)
-            T.reduce_sum(_t2, _t3, dim=1)
-            for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
-            for i_g, i_c in T.grid(B_g, B_c):
-                _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(
-                    STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale)))))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        rstd: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            s = T.alloc_local((B_t, B_g, B_c), 'float32')
-            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g), 'float32')
-            _t3 = T.alloc_local((B_t,), 'float32')
-            rstd_tile = T.alloc_local((B_t,), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-            T.reduce_sum(s2, _t2, dim=2)
-            T.reduce_sum(_t2, _t3, dim=1)
-            for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale))))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
                             (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_residual(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        residual: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        rstd: T.Tensor((T_,), 'float32'),
-        residual_out: T.Tensor((T_, H), STORAGE_x),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            s = T.alloc_local((B_t, B_g, B_c), 'float32')
-            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g), 'float32')
-            _t3 = T.alloc_local((B_t,), 'float32')
-            rstd_tile = T.alloc_local((B_t,), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
-                if ((b_t * B_t + i_t) < N_t):
-                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-            T.reduce_sum(s2, _t2, dim=2)
-            T.reduce_sum(_t2, _t3, dim=1)
-            for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale))))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
                         (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -435,82 +259,7 @@ def build_e4m3_pow2_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
     return kernel
 
 
-def build_e4m3_pow2_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        weight: T.Tensor((H,), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        rstd: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            s = T.alloc_local((B_t, B_g, B_c), 'float32')
-            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g), 'float32')
-            _t3 = T.alloc_local((B_t,), 'float32')
-            rstd_tile = T.alloc_local((B_t,), 'float32')
-            _t4 = T.alloc_local((B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-            T.reduce_sum(s2, _t2, dim=2)
-            T.reduce_sum(_t2, _t3, dim=1)
-            for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
-            for i_g, i_c in T.grid(B_g, B_c):
-                _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(
-                    STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale)))))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weight_with_residual(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
+def make_e4m3_with_weight_with_residual(scale, H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_g = (H // group)
@@ -574,17 +323,23 @@ def build_e4m3_pow2_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
                             (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
@@ -993,3 +748,14 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
                         "uint8")
 
     return kernel
+
+
+# the variants of the shared factories
+build_e4m3_fp32 = specialize(make_e4m3, 'fp32')
+build_e4m3_pow2 = specialize(make_e4m3, 'pow2')
+build_e4m3_fp32_with_residual = specialize(make_e4m3_with_residual, 'fp32')
+build_e4m3_pow2_with_residual = specialize(make_e4m3_with_residual, 'pow2')
+build_e4m3_fp32_with_weight = specialize(make_e4m3_with_weight, 'fp32')
+build_e4m3_pow2_with_weight = specialize(make_e4m3_with_weight, 'pow2')
+build_e4m3_fp32_with_weight_with_residual = specialize(make_e4m3_with_weight_with_residual, 'fp32')
+build_e4m3_pow2_with_weight_with_residual = specialize(make_e4m3_with_weight_with_residual, 'pow2')

@@ -2,21 +2,22 @@
 # with the formats and the sm100 profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `rmsnorm_forward_and_per_token_cast` for the `sm100` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
 COMPILE_FLAGS = ['-fmad=false']
 
 
-def build_e4m3_fp32(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1):
+def make_e4m3(scale, H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_g = (H // group)
@@ -66,8 +67,23 @@ def build_e4m3_fp32(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -76,7 +92,7 @@ def build_e4m3_fp32(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1
     return kernel
 
 
-def build_e4m3_fp32_with_residual(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1):
+def make_e4m3_with_residual(scale, H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_g = (H // group)
@@ -134,8 +150,23 @@ def build_e4m3_fp32_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -144,7 +175,7 @@ def build_e4m3_fp32_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
     return kernel
 
 
-def build_e4m3_fp32_with_weight(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1):
+def make_e4m3_with_weight(scale, H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_g = (H // group)
@@ -200,228 +231,23 @@ def build_e4m3_fp32_with_weight(H, eps, out_scale, group, x_dtype, *, threads=12
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_fp32_with_weight_with_residual(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        weight: T.Tensor((H,), STORAGE_x),
-        residual: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        rstd: T.Tensor((T_,), 'float32'),
-        residual_out: T.Tensor((T_, H), STORAGE_x),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            s2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g), 'float32')
-            _t3 = T.alloc_fragment((B_t,), 'float32')
-            rstd_tile = T.alloc_fragment((B_t,), 'float32')
-            _t4 = T.alloc_fragment((B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
-                s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(s2, _t2, dim=2)
-            T.reduce_sum(_t2, _t3, dim=1)
-            for i_t in T.Parallel(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
-            for i_g, i_c in T.Parallel(B_g, B_c):
-                _t4[i_g, i_c] = T.if_then_else(((i_g < N_g) & (i_c < N_c)), LOAD_x(weight[((i_g * N_c) + i_c)]),
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c),
-                    LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))),
-                    T.float32(0.0))
-            T.reduce_absmax(y, _t5, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        rstd: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            s2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g), 'float32')
-            _t3 = T.alloc_fragment((B_t,), 'float32')
-            rstd_tile = T.alloc_fragment((B_t,), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
-                s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(s2, _t2, dim=2)
-            T.reduce_sum(_t2, _t3, dim=1)
-            for i_t in T.Parallel(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c),
-                    LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale)))), T.float32(0.0))
-            T.reduce_absmax(y, _t5, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
                             (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_residual(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        residual: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        rstd: T.Tensor((T_,), 'float32'),
-        residual_out: T.Tensor((T_, H), STORAGE_x),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            s2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g), 'float32')
-            _t3 = T.alloc_fragment((B_t,), 'float32')
-            rstd_tile = T.alloc_fragment((B_t,), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
-                s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(s2, _t2, dim=2)
-            T.reduce_sum(_t2, _t3, dim=1)
-            for i_t in T.Parallel(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c),
-                    LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale)))), T.float32(0.0))
-            T.reduce_absmax(y, _t5, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
                         (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -430,82 +256,7 @@ def build_e4m3_pow2_with_residual(H, eps, out_scale, group, x_dtype, *, threads=
     return kernel
 
 
-def build_e4m3_pow2_with_weight(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        weight: T.Tensor((H,), STORAGE_x),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        rstd: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            s2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g), 'float32')
-            _t3 = T.alloc_fragment((B_t,), 'float32')
-            rstd_tile = T.alloc_fragment((B_t,), 'float32')
-            _t4 = T.alloc_fragment((B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
-                s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(s2, _t2, dim=2)
-            T.reduce_sum(_t2, _t3, dim=1)
-            for i_t in T.Parallel(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
-            for i_g, i_c in T.Parallel(B_g, B_c):
-                _t4[i_g, i_c] = T.if_then_else(((i_g < N_g) & (i_c < N_c)), LOAD_x(weight[((i_g * N_c) + i_c)]),
-                    T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c),
-                    LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * (_t4[i_g, i_c] * T.float32(out_scale))))),
-                    T.float32(0.0))
-            T.reduce_absmax(y, _t5, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_with_weight_with_residual(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1):
+def make_e4m3_with_weight_with_residual(scale, H, eps, out_scale, group, x_dtype, *, threads=128, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_g = (H // group)
@@ -569,17 +320,23 @@ def build_e4m3_pow2_with_weight_with_residual(H, eps, out_scale, group, x_dtype,
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
                 if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                        (
+                    if scale == 'fp32':
+                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
                             (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
                     q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
@@ -986,3 +743,14 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
                         "float8_e4m3fn")
 
     return kernel
+
+
+# the variants of the shared factories
+build_e4m3_fp32 = specialize(make_e4m3, 'fp32')
+build_e4m3_pow2 = specialize(make_e4m3, 'pow2')
+build_e4m3_fp32_with_residual = specialize(make_e4m3_with_residual, 'fp32')
+build_e4m3_pow2_with_residual = specialize(make_e4m3_with_residual, 'pow2')
+build_e4m3_fp32_with_weight = specialize(make_e4m3_with_weight, 'fp32')
+build_e4m3_pow2_with_weight = specialize(make_e4m3_with_weight, 'pow2')
+build_e4m3_fp32_with_weight_with_residual = specialize(make_e4m3_with_weight_with_residual, 'fp32')
+build_e4m3_pow2_with_weight_with_residual = specialize(make_e4m3_with_weight_with_residual, 'pow2')

@@ -2,14 +2,15 @@
 # with the formats and the sm90 profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `cast_back` for the `sm90` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 from ...common.tilelang_helpers import decode_e2m1, decode_e5m6
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
@@ -17,7 +18,7 @@ PASS_CONFIGS = {'tl.disable_warp_specialized': True}
 COMPILE_FLAGS = ['-fmad=false']
 
 
-def build_e4m3_fp32_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
+def make_bf16(fmt, scale, H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
     T_ = T.dynamic("T")
     N_b = T.ceildiv(T_, block_rows)
     N_r = block_rows
@@ -27,11 +28,23 @@ def build_e4m3_fp32_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
     B_c = N_c
     B_b = block_b
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    if fmt == 'e4m3':
+        PARAM_q = T.Tensor((T_, H), 'float8_e4m3fn')
+    if fmt == 'e5m2':
+        PARAM_q = T.Tensor((T_, H), 'float8_e5m2')
+    if scale == 'fp32':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block), 4)), 'int32')
+    if scale == 'ue8m0_byte':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8')
+    if scale == 'e4m3':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float8_e4m3fn')
 
     @T.prim_func
     def kernel(
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32'),
+        q: PARAM_q,
+        sf: PARAM_sf,
         y: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
@@ -45,91 +58,29 @@ def build_e4m3_fp32_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
                     T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
                     T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
-                    T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
-
-    return kernel
-
-
-def build_e4m3_fp32_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32'),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
-                    T.float32(0.0))
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
-                    T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
-                        * s[i_b, i_g])
-
-    return kernel
-
-
-def build_e4m3_ue8m0_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block), 4)), 'int32'),
-        y: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
-                    T.float32(0.0))
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.reinterpret(
-                    (
+                if scale == 'fp32':
+                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
+                        T.float32(0.0))
+                if scale == 'ue8m0':
+                    s[i_b, i_g] = T.reinterpret(
                         (
                             (
-                                T.if_then_else(((b_b * B_b + i_b) < N_b),
-                                    (T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32")
-                                        & T.uint32(0xffffffff)), T.uint32(0))
-                                >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
-                            & T.uint32(255)) << T.uint32(23)), "float32")
+                                (
+                                    T.if_then_else(((b_b * B_b + i_b) < N_b),
+                                        (
+                                            T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))],
+                                            "uint32") & T.uint32(0xffffffff)), T.uint32(0))
+                                    >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
+                                & T.uint32(255)) << T.uint32(23)), "float32")
+                if scale == 'ue8m0_byte':
+                    s[i_b, i_g] = T.reinterpret(
+                        (
+                            T.if_then_else(((b_b * B_b + i_b) < N_b),
+                                (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)),
+                                T.uint32(0)) << T.uint32(23)), "float32")
+                if scale == 'e4m3':
+                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
+                        T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
@@ -138,7 +89,7 @@ def build_e4m3_ue8m0_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_
     return kernel
 
 
-def build_e4m3_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
+def make_fp32(fmt, scale, H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
     T_ = T.dynamic("T")
     N_b = T.ceildiv(T_, block_rows)
     N_r = block_rows
@@ -148,11 +99,23 @@ def build_e4m3_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_
     B_c = N_c
     B_b = block_b
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    if fmt == 'e4m3':
+        PARAM_q = T.Tensor((T_, H), 'float8_e4m3fn')
+    if fmt == 'e5m2':
+        PARAM_q = T.Tensor((T_, H), 'float8_e5m2')
+    if scale == 'fp32':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block), 4)), 'int32')
+    if scale == 'ue8m0_byte':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8')
+    if scale == 'e4m3':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float8_e4m3fn')
 
     @T.prim_func
     def kernel(
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block), 4)), 'int32'),
+        q: PARAM_q,
+        sf: PARAM_sf,
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
@@ -166,15 +129,29 @@ def build_e4m3_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_
                     T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
                     T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.reinterpret(
-                    (
+                if scale == 'fp32':
+                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
+                        T.float32(0.0))
+                if scale == 'ue8m0':
+                    s[i_b, i_g] = T.reinterpret(
                         (
                             (
-                                T.if_then_else(((b_b * B_b + i_b) < N_b),
-                                    (T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32")
-                                        & T.uint32(0xffffffff)), T.uint32(0))
-                                >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
-                            & T.uint32(255)) << T.uint32(23)), "float32")
+                                (
+                                    T.if_then_else(((b_b * B_b + i_b) < N_b),
+                                        (
+                                            T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))],
+                                            "uint32") & T.uint32(0xffffffff)), T.uint32(0))
+                                    >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
+                                & T.uint32(255)) << T.uint32(23)), "float32")
+                if scale == 'ue8m0_byte':
+                    s[i_b, i_g] = T.reinterpret(
+                        (
+                            T.if_then_else(((b_b * B_b + i_b) < N_b),
+                                (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)),
+                                T.uint32(0)) << T.uint32(23)), "float32")
+                if scale == 'e4m3':
+                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
+                        T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
@@ -183,7 +160,7 @@ def build_e4m3_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_
     return kernel
 
 
-def build_e4m3_ue8m0_byte_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
+def make_e2m1_bf16(scale, H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
     T_ = T.dynamic("T")
     N_b = T.ceildiv(T_, block_rows)
     N_r = block_rows
@@ -193,267 +170,65 @@ def build_e4m3_ue8m0_byte_bf16(H, block, block_rows, *, threads=128, block_b=4, 
     B_c = N_c
     B_b = block_b
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    if scale == 'fp32':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block), 4)), 'int32')
+    if scale == 'ue8m0_byte':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8')
+    if scale == 'e4m3':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float8_e4m3fn')
 
     @T.prim_func
     def kernel(
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8'),
+        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
+        sf: PARAM_sf,
         y: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
                     (T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
-                    T.float32(0.0))
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.reinterpret(
+                q_code[i_b, i_r, i_g, i_c] = (
                     (
-                        T.if_then_else(((b_b * B_b + i_b) < N_b),
-                            (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0))
-                        << T.uint32(23)), "float32")
+                        T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
+                            (
+                                T.cast(
+                                    q[(((b_b * B_b + i_b) * N_r) + i_r),
+                                        T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32")
+                                & T.uint32(0xff)), T.uint32(0))
+                        >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
+                    & T.uint32(15))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_byte_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8'),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
-                    T.float32(0.0))
+                qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
             for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.reinterpret(
-                    (
-                        T.if_then_else(((b_b * B_b + i_b) < N_b),
-                            (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0))
-                        << T.uint32(23)), "float32")
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
-                        * s[i_b, i_g])
-
-    return kernel
-
-
-def build_e4m3_e4m3_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float8_e4m3fn'),
-        y: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
-                    T.float32(0.0))
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
-                    T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
-
-    return kernel
-
-
-def build_e4m3_e4m3_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float8_e4m3fn'),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
-                    T.float32(0.0))
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
-                    T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
-                        * s[i_b, i_g])
-
-    return kernel
-
-
-def build_e5m2_fp32_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, H), 'float8_e5m2'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32'),
-        y: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
-                    T.float32(0.0))
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
-                    T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
-
-    return kernel
-
-
-def build_e5m2_fp32_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, H), 'float8_e5m2'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32'),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
-                    T.float32(0.0))
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
-                    T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
-                        * s[i_b, i_g])
-
-    return kernel
-
-
-def build_e5m2_ue8m0_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, H), 'float8_e5m2'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block), 4)), 'int32'),
-        y: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
-                    T.float32(0.0))
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.reinterpret(
-                    (
+                if scale == 'fp32':
+                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
+                        T.float32(0.0))
+                if scale == 'ue8m0':
+                    s[i_b, i_g] = T.reinterpret(
                         (
                             (
-                                T.if_then_else(((b_b * B_b + i_b) < N_b),
-                                    (T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32")
-                                        & T.uint32(0xffffffff)), T.uint32(0))
-                                >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
-                            & T.uint32(255)) << T.uint32(23)), "float32")
+                                (
+                                    T.if_then_else(((b_b * B_b + i_b) < N_b),
+                                        (
+                                            T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))],
+                                            "uint32") & T.uint32(0xffffffff)), T.uint32(0))
+                                    >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
+                                & T.uint32(255)) << T.uint32(23)), "float32")
+                if scale == 'ue8m0_byte':
+                    s[i_b, i_g] = T.reinterpret(
+                        (
+                            T.if_then_else(((b_b * B_b + i_b) < N_b),
+                                (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)),
+                                T.uint32(0)) << T.uint32(23)), "float32")
+                if scale == 'e4m3':
+                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
+                        T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
@@ -462,7 +237,7 @@ def build_e5m2_ue8m0_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_
     return kernel
 
 
-def build_e5m2_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
+def make_e2m1_fp32(scale, H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
     T_ = T.dynamic("T")
     N_b = T.ceildiv(T_, block_rows)
     N_r = block_rows
@@ -472,397 +247,65 @@ def build_e5m2_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_
     B_c = N_c
     B_b = block_b
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    if scale == 'fp32':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block), 4)), 'int32')
+    if scale == 'ue8m0_byte':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8')
+    if scale == 'e4m3':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float8_e4m3fn')
 
     @T.prim_func
     def kernel(
-        q: T.Tensor((T_, H), 'float8_e5m2'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block), 4)), 'int32'),
+        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
+        sf: PARAM_sf,
         y: T.Tensor((T_, H), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
+            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
                     (T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
-                    T.float32(0.0))
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.reinterpret(
+                q_code[i_b, i_r, i_g, i_c] = (
                     (
+                        T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
+                            (
+                                T.cast(
+                                    q[(((b_b * B_b + i_b) * N_r) + i_r),
+                                        T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32")
+                                & T.uint32(0xff)), T.uint32(0))
+                        >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
+                    & T.uint32(15))
+            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+                qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
+            for i_b, i_g in T.Parallel(B_b, B_g):
+                if scale == 'fp32':
+                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
+                        T.float32(0.0))
+                if scale == 'ue8m0':
+                    s[i_b, i_g] = T.reinterpret(
                         (
                             (
-                                T.if_then_else(((b_b * B_b + i_b) < N_b),
-                                    (T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32")
-                                        & T.uint32(0xffffffff)), T.uint32(0))
-                                >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
-                            & T.uint32(255)) << T.uint32(23)), "float32")
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
-                        * s[i_b, i_g])
-
-    return kernel
-
-
-def build_e5m2_ue8m0_byte_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, H), 'float8_e5m2'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8'),
-        y: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
-                    T.float32(0.0))
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.reinterpret(
-                    (
-                        T.if_then_else(((b_b * B_b + i_b) < N_b),
-                            (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0))
-                        << T.uint32(23)), "float32")
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
-
-    return kernel
-
-
-def build_e5m2_ue8m0_byte_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, H), 'float8_e5m2'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8'),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
-                    T.float32(0.0))
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.reinterpret(
-                    (
-                        T.if_then_else(((b_b * B_b + i_b) < N_b),
-                            (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0))
-                        << T.uint32(23)), "float32")
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
-                        * s[i_b, i_g])
-
-    return kernel
-
-
-def build_e5m2_e4m3_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, H), 'float8_e5m2'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float8_e4m3fn'),
-        y: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
-                    T.float32(0.0))
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
-                    T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
-
-    return kernel
-
-
-def build_e5m2_e4m3_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, H), 'float8_e5m2'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float8_e4m3fn'),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
-                    T.float32(0.0))
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
-                    T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
-                        * s[i_b, i_g])
-
-    return kernel
-
-
-def build_e2m1_fp32_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32'),
-        y: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
-                        T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                            (
-                                T.cast(
-                                    q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32")
-                                & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
-                    & T.uint32(15))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
-                    T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
-
-    return kernel
-
-
-def build_e2m1_fp32_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32'),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
-                        T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                            (
-                                T.cast(
-                                    q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32")
-                                & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
-                    & T.uint32(15))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
-                    T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
-                        * s[i_b, i_g])
-
-    return kernel
-
-
-def build_e2m1_ue8m0_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block), 4)), 'int32'),
-        y: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
-                        T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                            (
-                                T.cast(
-                                    q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32")
-                                & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
-                    & T.uint32(15))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.reinterpret(
-                    (
+                                (
+                                    T.if_then_else(((b_b * B_b + i_b) < N_b),
+                                        (
+                                            T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))],
+                                            "uint32") & T.uint32(0xffffffff)), T.uint32(0))
+                                    >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
+                                & T.uint32(255)) << T.uint32(23)), "float32")
+                if scale == 'ue8m0_byte':
+                    s[i_b, i_g] = T.reinterpret(
                         (
-                            (
-                                T.if_then_else(((b_b * B_b + i_b) < N_b),
-                                    (T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32")
-                                        & T.uint32(0xffffffff)), T.uint32(0))
-                                >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
-                            & T.uint32(255)) << T.uint32(23)), "float32")
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
-
-    return kernel
-
-
-def build_e2m1_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block), 4)), 'int32'),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
-                        T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                            (
-                                T.cast(
-                                    q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32")
-                                & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
-                    & T.uint32(15))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.reinterpret(
-                    (
-                        (
-                            (
-                                T.if_then_else(((b_b * B_b + i_b) < N_b),
-                                    (T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32")
-                                        & T.uint32(0xffffffff)), T.uint32(0))
-                                >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
-                            & T.uint32(255)) << T.uint32(23)), "float32")
+                            T.if_then_else(((b_b * B_b + i_b) < N_b),
+                                (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)),
+                                T.uint32(0)) << T.uint32(23)), "float32")
+                if scale == 'e4m3':
+                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
+                        T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
@@ -871,7 +314,7 @@ def build_e2m1_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_
     return kernel
 
 
-def build_e2m1_ue8m0_byte_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
+def make_e5m6(scale, out, H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
     T_ = T.dynamic("T")
     N_b = T.ceildiv(T_, block_rows)
     N_r = block_rows
@@ -881,210 +324,24 @@ def build_e2m1_ue8m0_byte_bf16(H, block, block_rows, *, threads=128, block_b=4, 
     B_c = N_c
     B_b = block_b
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8'),
-        y: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
-                        T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                            (
-                                T.cast(
-                                    q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32")
-                                & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
-                    & T.uint32(15))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.reinterpret(
-                    (
-                        T.if_then_else(((b_b * B_b + i_b) < N_b),
-                            (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0))
-                        << T.uint32(23)), "float32")
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
-
-    return kernel
-
-
-def build_e2m1_ue8m0_byte_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8'),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
-                        T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                            (
-                                T.cast(
-                                    q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32")
-                                & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
-                    & T.uint32(15))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.reinterpret(
-                    (
-                        T.if_then_else(((b_b * B_b + i_b) < N_b),
-                            (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0))
-                        << T.uint32(23)), "float32")
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
-                        * s[i_b, i_g])
-
-    return kernel
-
-
-def build_e2m1_e4m3_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float8_e4m3fn'),
-        y: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
-                        T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                            (
-                                T.cast(
-                                    q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32")
-                                & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
-                    & T.uint32(15))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
-                    T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
-
-    return kernel
-
-
-def build_e2m1_e4m3_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float8_e4m3fn'),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
-                        T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                            (
-                                T.cast(
-                                    q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32")
-                                & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
-                    & T.uint32(15))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
-                    T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
-                        * s[i_b, i_g])
-
-    return kernel
-
-
-def build_e5m6_fp32_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    if scale == 'fp32':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block), 4)), 'int32')
+    if scale == 'ue8m0_byte':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8')
+    if scale == 'e4m3':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float8_e4m3fn')
+    if out == 'bf16':
+        PARAM_y = T.Tensor((T_, H), 'bfloat16')
+    if out == 'fp32':
+        PARAM_y = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32'),
-        y: T.Tensor((T_, H), 'bfloat16'),
+        sf: PARAM_sf,
+        y: PARAM_y,
     ):
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
@@ -1142,612 +399,71 @@ def build_e5m6_fp32_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_e
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e5m6(q_code[i_b, i_r, i_g, i_c])
             for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
-                    T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
-
-    return kernel
-
-
-def build_e5m6_fp32_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32'),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
+                if scale == 'fp32':
+                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
+                        T.float32(0.0))
+                if scale == 'ue8m0':
+                    s[i_b, i_g] = T.reinterpret(
                         (
-                            T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                                (
-                                    T.cast(
-                                        q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
-                                        + (T.int32(2)
-                                        - T.floordiv(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0))
-                            >> T.cast(
-                                T.floormod(
-                                    (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                    T.int32(32)), "uint32"))
-                        | T.Select(
                             (
                                 (
-                                    T.floormod(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32)) + T.int32(12)) > T.int32(32)),
-                            (
-                                (
-                                    T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
+                                    T.if_then_else(((b_b * B_b + i_b) < N_b),
                                         (
-                                        T.cast(
-                                        q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
-                                        + (
-                                        T.max(
-                                        (T.int32(2)
-                                        - T.floordiv(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)),
-                                        T.uint32(0))
-                                    << T.cast(
-                                        (T.int32(31)
-                                        - T.floormod(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                qf[i_b, i_r, i_g, i_c] = decode_e5m6(q_code[i_b, i_r, i_g, i_c])
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
-                    T.float32(0.0))
+                                            T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))],
+                                            "uint32") & T.uint32(0xffffffff)), T.uint32(0))
+                                    >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
+                                & T.uint32(255)) << T.uint32(23)), "float32")
+                if scale == 'ue8m0_byte':
+                    s[i_b, i_g] = T.reinterpret(
+                        (
+                            T.if_then_else(((b_b * B_b + i_b) < N_b),
+                                (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)),
+                                T.uint32(0)) << T.uint32(23)), "float32")
+                if scale == 'e4m3':
+                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
+                        T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
-                        * s[i_b, i_g])
+                    if out == 'bf16':
+                        y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
+                            (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
+                    if out == 'fp32':
+                        y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (
+                            qf[i_b, i_r, i_g, i_c] * s[i_b, i_g])
 
     return kernel
 
 
-def build_e5m6_ue8m0_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block), 4)), 'int32'),
-        y: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
-                        (
-                            T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                                (
-                                    T.cast(
-                                        q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
-                                        + (T.int32(2)
-                                        - T.floordiv(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0))
-                            >> T.cast(
-                                T.floormod(
-                                    (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                    T.int32(32)), "uint32"))
-                        | T.Select(
-                            (
-                                (
-                                    T.floormod(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32)) + T.int32(12)) > T.int32(32)),
-                            (
-                                (
-                                    T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                                        (
-                                        T.cast(
-                                        q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
-                                        + (
-                                        T.max(
-                                        (T.int32(2)
-                                        - T.floordiv(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)),
-                                        T.uint32(0))
-                                    << T.cast(
-                                        (T.int32(31)
-                                        - T.floormod(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                qf[i_b, i_r, i_g, i_c] = decode_e5m6(q_code[i_b, i_r, i_g, i_c])
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.reinterpret(
-                    (
-                        (
-                            (
-                                T.if_then_else(((b_b * B_b + i_b) < N_b),
-                                    (T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32")
-                                        & T.uint32(0xffffffff)), T.uint32(0))
-                                >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
-                            & T.uint32(255)) << T.uint32(23)), "float32")
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
-
-    return kernel
-
-
-def build_e5m6_ue8m0_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block), 4)), 'int32'),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
-                        (
-                            T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                                (
-                                    T.cast(
-                                        q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
-                                        + (T.int32(2)
-                                        - T.floordiv(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0))
-                            >> T.cast(
-                                T.floormod(
-                                    (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                    T.int32(32)), "uint32"))
-                        | T.Select(
-                            (
-                                (
-                                    T.floormod(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32)) + T.int32(12)) > T.int32(32)),
-                            (
-                                (
-                                    T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                                        (
-                                        T.cast(
-                                        q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
-                                        + (
-                                        T.max(
-                                        (T.int32(2)
-                                        - T.floordiv(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)),
-                                        T.uint32(0))
-                                    << T.cast(
-                                        (T.int32(31)
-                                        - T.floormod(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                qf[i_b, i_r, i_g, i_c] = decode_e5m6(q_code[i_b, i_r, i_g, i_c])
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.reinterpret(
-                    (
-                        (
-                            (
-                                T.if_then_else(((b_b * B_b + i_b) < N_b),
-                                    (T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32")
-                                        & T.uint32(0xffffffff)), T.uint32(0))
-                                >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
-                            & T.uint32(255)) << T.uint32(23)), "float32")
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
-                        * s[i_b, i_g])
-
-    return kernel
-
-
-def build_e5m6_ue8m0_byte_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8'),
-        y: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
-                        (
-                            T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                                (
-                                    T.cast(
-                                        q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
-                                        + (T.int32(2)
-                                        - T.floordiv(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0))
-                            >> T.cast(
-                                T.floormod(
-                                    (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                    T.int32(32)), "uint32"))
-                        | T.Select(
-                            (
-                                (
-                                    T.floormod(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32)) + T.int32(12)) > T.int32(32)),
-                            (
-                                (
-                                    T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                                        (
-                                        T.cast(
-                                        q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
-                                        + (
-                                        T.max(
-                                        (T.int32(2)
-                                        - T.floordiv(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)),
-                                        T.uint32(0))
-                                    << T.cast(
-                                        (T.int32(31)
-                                        - T.floormod(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                qf[i_b, i_r, i_g, i_c] = decode_e5m6(q_code[i_b, i_r, i_g, i_c])
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.reinterpret(
-                    (
-                        T.if_then_else(((b_b * B_b + i_b) < N_b),
-                            (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0))
-                        << T.uint32(23)), "float32")
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
-
-    return kernel
-
-
-def build_e5m6_ue8m0_byte_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8'),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
-                        (
-                            T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                                (
-                                    T.cast(
-                                        q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
-                                        + (T.int32(2)
-                                        - T.floordiv(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0))
-                            >> T.cast(
-                                T.floormod(
-                                    (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                    T.int32(32)), "uint32"))
-                        | T.Select(
-                            (
-                                (
-                                    T.floormod(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32)) + T.int32(12)) > T.int32(32)),
-                            (
-                                (
-                                    T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                                        (
-                                        T.cast(
-                                        q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
-                                        + (
-                                        T.max(
-                                        (T.int32(2)
-                                        - T.floordiv(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)),
-                                        T.uint32(0))
-                                    << T.cast(
-                                        (T.int32(31)
-                                        - T.floormod(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                qf[i_b, i_r, i_g, i_c] = decode_e5m6(q_code[i_b, i_r, i_g, i_c])
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.reinterpret(
-                    (
-                        T.if_then_else(((b_b * B_b + i_b) < N_b),
-                            (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)), T.uint32(0))
-                        << T.uint32(23)), "float32")
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
-                        * s[i_b, i_g])
-
-    return kernel
-
-
-def build_e5m6_e4m3_bf16(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float8_e4m3fn'),
-        y: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
-                        (
-                            T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                                (
-                                    T.cast(
-                                        q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
-                                        + (T.int32(2)
-                                        - T.floordiv(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0))
-                            >> T.cast(
-                                T.floormod(
-                                    (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                    T.int32(32)), "uint32"))
-                        | T.Select(
-                            (
-                                (
-                                    T.floormod(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32)) + T.int32(12)) > T.int32(32)),
-                            (
-                                (
-                                    T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                                        (
-                                        T.cast(
-                                        q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
-                                        + (
-                                        T.max(
-                                        (T.int32(2)
-                                        - T.floordiv(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)),
-                                        T.uint32(0))
-                                    << T.cast(
-                                        (T.int32(31)
-                                        - T.floormod(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                qf[i_b, i_r, i_g, i_c] = decode_e5m6(q_code[i_b, i_r, i_g, i_c])
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
-                    T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
-
-    return kernel
-
-
-def build_e5m6_e4m3_fp32(H, block, block_rows, *, threads=128, block_b=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float8_e4m3fn'),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
-                        (
-                            T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                                (
-                                    T.cast(
-                                        q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
-                                        + (T.int32(2)
-                                        - T.floordiv(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0))
-                            >> T.cast(
-                                T.floormod(
-                                    (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                    T.int32(32)), "uint32"))
-                        | T.Select(
-                            (
-                                (
-                                    T.floormod(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32)) + T.int32(12)) > T.int32(32)),
-                            (
-                                (
-                                    T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                                        (
-                                        T.cast(
-                                        q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
-                                        + (
-                                        T.max(
-                                        (T.int32(2)
-                                        - T.floordiv(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)),
-                                        T.uint32(0))
-                                    << T.cast(
-                                        (T.int32(31)
-                                        - T.floormod(
-                                        (T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                qf[i_b, i_r, i_g, i_c] = decode_e5m6(q_code[i_b, i_r, i_g, i_c])
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
-                    T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
-                        * s[i_b, i_g])
-
-    return kernel
+# the variants of the shared factories
+build_e4m3_fp32_bf16 = specialize(make_bf16, 'e4m3', 'fp32')
+build_e4m3_ue8m0_bf16 = specialize(make_bf16, 'e4m3', 'ue8m0')
+build_e4m3_ue8m0_byte_bf16 = specialize(make_bf16, 'e4m3', 'ue8m0_byte')
+build_e4m3_e4m3_bf16 = specialize(make_bf16, 'e4m3', 'e4m3')
+build_e5m2_fp32_bf16 = specialize(make_bf16, 'e5m2', 'fp32')
+build_e5m2_ue8m0_bf16 = specialize(make_bf16, 'e5m2', 'ue8m0')
+build_e5m2_ue8m0_byte_bf16 = specialize(make_bf16, 'e5m2', 'ue8m0_byte')
+build_e5m2_e4m3_bf16 = specialize(make_bf16, 'e5m2', 'e4m3')
+build_e4m3_fp32_fp32 = specialize(make_fp32, 'e4m3', 'fp32')
+build_e4m3_ue8m0_fp32 = specialize(make_fp32, 'e4m3', 'ue8m0')
+build_e4m3_ue8m0_byte_fp32 = specialize(make_fp32, 'e4m3', 'ue8m0_byte')
+build_e4m3_e4m3_fp32 = specialize(make_fp32, 'e4m3', 'e4m3')
+build_e5m2_fp32_fp32 = specialize(make_fp32, 'e5m2', 'fp32')
+build_e5m2_ue8m0_fp32 = specialize(make_fp32, 'e5m2', 'ue8m0')
+build_e5m2_ue8m0_byte_fp32 = specialize(make_fp32, 'e5m2', 'ue8m0_byte')
+build_e5m2_e4m3_fp32 = specialize(make_fp32, 'e5m2', 'e4m3')
+build_e2m1_fp32_bf16 = specialize(make_e2m1_bf16, 'fp32')
+build_e2m1_ue8m0_bf16 = specialize(make_e2m1_bf16, 'ue8m0')
+build_e2m1_ue8m0_byte_bf16 = specialize(make_e2m1_bf16, 'ue8m0_byte')
+build_e2m1_e4m3_bf16 = specialize(make_e2m1_bf16, 'e4m3')
+build_e2m1_fp32_fp32 = specialize(make_e2m1_fp32, 'fp32')
+build_e2m1_ue8m0_fp32 = specialize(make_e2m1_fp32, 'ue8m0')
+build_e2m1_ue8m0_byte_fp32 = specialize(make_e2m1_fp32, 'ue8m0_byte')
+build_e2m1_e4m3_fp32 = specialize(make_e2m1_fp32, 'e4m3')
+build_e5m6_fp32_bf16 = specialize(make_e5m6, 'fp32', 'bf16')
+build_e5m6_fp32_fp32 = specialize(make_e5m6, 'fp32', 'fp32')
+build_e5m6_ue8m0_bf16 = specialize(make_e5m6, 'ue8m0', 'bf16')
+build_e5m6_ue8m0_fp32 = specialize(make_e5m6, 'ue8m0', 'fp32')
+build_e5m6_ue8m0_byte_bf16 = specialize(make_e5m6, 'ue8m0_byte', 'bf16')
+build_e5m6_ue8m0_byte_fp32 = specialize(make_e5m6, 'ue8m0_byte', 'fp32')
+build_e5m6_e4m3_bf16 = specialize(make_e5m6, 'e4m3', 'bf16')
+build_e5m6_e4m3_fp32 = specialize(make_e5m6, 'e4m3', 'fp32')

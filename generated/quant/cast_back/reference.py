@@ -2,15 +2,17 @@
 # with the formats. Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `cast_back`.
 
-The oracle its kernels are tested against, one function per variant. It runs the statements of the
-kernels on whole tensors, in float32, with the same operations in the same order, and encodes outputs
-through the same generated software codecs.
+The oracle its kernels are tested against, one function per variant (`reference_<variant>`: its own, or
+a shared `make_reference_...` with the params that tell variants apart bound first, where they differ
+only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
+same operations in the same order, and encodes outputs through the same generated software codecs.
 """
+from tkgen.runtime.schedule import specialize
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import decode_e2m1, decode_e5m6, encode_bf16
 
 
-def reference_e4m3_fp32_bf16(q, sf, block, block_rows, _given=None):
+def make_reference_variants(fmt, scale, out, q, sf, block, block_rows, _given=None):
     T_ = q.shape[0]
     H = q.shape[1]
     N_b = (-(-T_ // block_rows))
@@ -20,78 +22,51 @@ def reference_e4m3_fp32_bf16(q, sf, block, block_rows, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        if out == 'bf16':
+            _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        if out == 'fp32':
+            _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
         qf = _fit(
             torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
                 _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
                     ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e4m3_fp32_fp32(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1]
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        qf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e4m3_ue8m0_bf16(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1]
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        qf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        s = _fit(
-            _from_bits(
-                (
+        if scale in ('fp32', 'e4m3'):
+            s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
+        if scale == 'ue8m0':
+            s = _fit(
+                _from_bits(
                     (
                         (
                             (
-                                _codes_of(
-                                _gather(sf,
-                                (_ix(N_b, 0, 2, _dev),
-                                torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None))
-                                >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF))
-                            & 255) << 23) & 0xFFFFFFFF)), (N_b, N_g))
+                                (
+                                    _codes_of(
+                                    _gather(sf,
+                                    (_ix(N_b, 0, 2, _dev),
+                                    torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None))
+                                    >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF))
+                                & 255) << 23) & 0xFFFFFFFF)), (N_b, N_g))
+        if scale == 'ue8m0_byte':
+            s = _fit(
+                _from_bits(
+                    ((_codes_of(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g'))) << 23) & 0xFFFFFFFF)),
+                (N_b, N_g))
         y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
+        if out == 'bf16':
+            _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
+                _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
+                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
+        if out == 'fp32':
+            _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
+                y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
         return _s_y,
 
 
-def reference_e4m3_ue8m0_fp32(q, sf, block, block_rows, _given=None):
+def make_reference_variants_2(fmt, scale, out, q, sf, block, block_rows, _given=None):
     T_ = q.shape[0]
-    H = q.shape[1]
+    if fmt == 'e2m1':
+        H = q.shape[1] * 2 // 1
+    if fmt == 'e5m6':
+        H = q.shape[1] * 8 // 12
     N_b = (-(-T_ // block_rows))
     N_r = block_rows
     N_g = (H // block)
@@ -99,1395 +74,170 @@ def reference_e4m3_ue8m0_fp32(q, sf, block, block_rows, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        qf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        s = _fit(
-            _from_bits(
-                (
-                    (
-                        (
-                            (
-                                _codes_of(
-                                _gather(sf,
-                                (_ix(N_b, 0, 2, _dev),
-                                torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None))
-                                >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF))
-                            & 255) << 23) & 0xFFFFFFFF)), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e4m3_ue8m0_byte_bf16(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1]
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        qf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        s = _fit(
-            _from_bits(((_codes_of(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g'))) << 23) & 0xFFFFFFFF)),
-            (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e4m3_ue8m0_byte_fp32(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1]
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        qf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        s = _fit(
-            _from_bits(((_codes_of(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g'))) << 23) & 0xFFFFFFFF)),
-            (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e4m3_e4m3_bf16(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1]
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        qf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e4m3_e4m3_fp32(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1]
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        qf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e5m2_fp32_bf16(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1]
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        qf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e5m2_fp32_fp32(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1]
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        qf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e5m2_ue8m0_bf16(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1]
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        qf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        s = _fit(
-            _from_bits(
-                (
-                    (
-                        (
-                            (
-                                _codes_of(
-                                _gather(sf,
-                                (_ix(N_b, 0, 2, _dev),
-                                torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None))
-                                >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF))
-                            & 255) << 23) & 0xFFFFFFFF)), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e5m2_ue8m0_fp32(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1]
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        qf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        s = _fit(
-            _from_bits(
-                (
-                    (
-                        (
-                            (
-                                _codes_of(
-                                _gather(sf,
-                                (_ix(N_b, 0, 2, _dev),
-                                torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None))
-                                >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF))
-                            & 255) << 23) & 0xFFFFFFFF)), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e5m2_ue8m0_byte_bf16(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1]
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        qf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        s = _fit(
-            _from_bits(((_codes_of(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g'))) << 23) & 0xFFFFFFFF)),
-            (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e5m2_ue8m0_byte_fp32(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1]
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        qf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        s = _fit(
-            _from_bits(((_codes_of(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g'))) << 23) & 0xFFFFFFFF)),
-            (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e5m2_e4m3_bf16(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1]
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        qf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e5m2_e4m3_fp32(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1]
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        qf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e2m1_fp32_bf16(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 2 // 1
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        q_code = _fit(
-            (
-                (
-                    torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                        _codes_of(
-                            _gather(q.view(torch.uint8),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(2), rounding_mode='floor')),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                    >> (
-                        _wrap_i32(
-                            torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(2)) * 4) & 0xFFFFFFFF)) & 15), (N_b, N_r, N_g, N_c))
-        qf = _fit(decode_e2m1(q_code), (N_b, N_r, N_g, N_c))
-        s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e2m1_fp32_fp32(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 2 // 1
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        q_code = _fit(
-            (
-                (
-                    torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                        _codes_of(
-                            _gather(q.view(torch.uint8),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(2), rounding_mode='floor')),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                    >> (
-                        _wrap_i32(
-                            torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(2)) * 4) & 0xFFFFFFFF)) & 15), (N_b, N_r, N_g, N_c))
-        qf = _fit(decode_e2m1(q_code), (N_b, N_r, N_g, N_c))
-        s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e2m1_ue8m0_bf16(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 2 // 1
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        q_code = _fit(
-            (
-                (
-                    torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                        _codes_of(
-                            _gather(q.view(torch.uint8),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(2), rounding_mode='floor')),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                    >> (
-                        _wrap_i32(
-                            torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(2)) * 4) & 0xFFFFFFFF)) & 15), (N_b, N_r, N_g, N_c))
-        qf = _fit(decode_e2m1(q_code), (N_b, N_r, N_g, N_c))
-        s = _fit(
-            _from_bits(
-                (
-                    (
-                        (
-                            (
-                                _codes_of(
-                                _gather(sf,
-                                (_ix(N_b, 0, 2, _dev),
-                                torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None))
-                                >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF))
-                            & 255) << 23) & 0xFFFFFFFF)), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e2m1_ue8m0_fp32(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 2 // 1
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        q_code = _fit(
-            (
-                (
-                    torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                        _codes_of(
-                            _gather(q.view(torch.uint8),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(2), rounding_mode='floor')),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                    >> (
-                        _wrap_i32(
-                            torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(2)) * 4) & 0xFFFFFFFF)) & 15), (N_b, N_r, N_g, N_c))
-        qf = _fit(decode_e2m1(q_code), (N_b, N_r, N_g, N_c))
-        s = _fit(
-            _from_bits(
-                (
-                    (
-                        (
-                            (
-                                _codes_of(
-                                _gather(sf,
-                                (_ix(N_b, 0, 2, _dev),
-                                torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None))
-                                >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF))
-                            & 255) << 23) & 0xFFFFFFFF)), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e2m1_ue8m0_byte_bf16(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 2 // 1
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        q_code = _fit(
-            (
-                (
-                    torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                        _codes_of(
-                            _gather(q.view(torch.uint8),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(2), rounding_mode='floor')),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                    >> (
-                        _wrap_i32(
-                            torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(2)) * 4) & 0xFFFFFFFF)) & 15), (N_b, N_r, N_g, N_c))
-        qf = _fit(decode_e2m1(q_code), (N_b, N_r, N_g, N_c))
-        s = _fit(
-            _from_bits(((_codes_of(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g'))) << 23) & 0xFFFFFFFF)),
-            (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e2m1_ue8m0_byte_fp32(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 2 // 1
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        q_code = _fit(
-            (
-                (
-                    torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                        _codes_of(
-                            _gather(q.view(torch.uint8),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(2), rounding_mode='floor')),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                    >> (
-                        _wrap_i32(
-                            torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(2)) * 4) & 0xFFFFFFFF)) & 15), (N_b, N_r, N_g, N_c))
-        qf = _fit(decode_e2m1(q_code), (N_b, N_r, N_g, N_c))
-        s = _fit(
-            _from_bits(((_codes_of(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g'))) << 23) & 0xFFFFFFFF)),
-            (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e2m1_e4m3_bf16(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 2 // 1
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        q_code = _fit(
-            (
-                (
-                    torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                        _codes_of(
-                            _gather(q.view(torch.uint8),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(2), rounding_mode='floor')),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                    >> (
-                        _wrap_i32(
-                            torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(2)) * 4) & 0xFFFFFFFF)) & 15), (N_b, N_r, N_g, N_c))
-        qf = _fit(decode_e2m1(q_code), (N_b, N_r, N_g, N_c))
-        s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e2m1_e4m3_fp32(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 2 // 1
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        q_code = _fit(
-            (
-                (
-                    torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                        _codes_of(
-                            _gather(q.view(torch.uint8),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(2), rounding_mode='floor')),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                    >> (
-                        _wrap_i32(
-                            torch.remainder(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(2)) * 4) & 0xFFFFFFFF)) & 15), (N_b, N_r, N_g, N_c))
-        qf = _fit(decode_e2m1(q_code), (N_b, N_r, N_g, N_c))
-        s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e5m6_fp32_bf16(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 8 // 12
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        q_code = _fit(
-            (
+        if out == 'bf16':
+            _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        if out == 'fp32':
+            _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        if fmt == 'e2m1':
+            q_code = _fit(
                 (
                     (
                         torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
                             _codes_of(
-                                _gather(q.view(torch.int32),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                _wrap_i32(
-                                _wrap_i32(
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(8), rounding_mode='floor') * 3)
-                                + _wrap_i32(2
-                                - torch.div(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32), rounding_mode='floor')))),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
+                                _gather(q.view(torch.uint8),
+                                    (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
+                                    torch.div(
+                                    _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(2),
+                                    rounding_mode='floor')),
+                                    (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
                         >> (
-                            torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32)) & 0xFFFFFFFF))
-                    | torch.where(
-                        (
                             _wrap_i32(
                                 torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
+                                    _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(2))
+                                * 4) & 0xFFFFFFFF)) & 15), (N_b, N_r, N_g, N_c))
+            qf = _fit(decode_e2m1(q_code), (N_b, N_r, N_g, N_c))
+        if fmt == 'e5m6':
+            q_code = _fit(
+                (
+                    (
+                        (
+                            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
+                                _codes_of(
+                                    _gather(q.view(torch.int32),
+                                    (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
+                                    _wrap_i32(
+                                    _wrap_i32(
+                                    torch.div(
+                                    _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8),
+                                    rounding_mode='floor') * 3)
+                                    + _wrap_i32(2
+                                    - torch.div(
+                                    _t(
+                                    _wrap_i32(84
+                                    - _wrap_i32(
+                                    torch.remainder(
+                                    _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
+                                    * 12))), _t(32), rounding_mode='floor')))),
+                                    (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
+                            >> (
                                 torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32)) + 12) > 32),
+                                    _t(
+                                    _wrap_i32(84
+                                    - _wrap_i32(
+                                    torch.remainder(
+                                    _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
+                                    * 12))), _t(32)) & 0xFFFFFFFF))
+                        | torch.where(
+                            (
+                                _wrap_i32(
+                                    torch.remainder(
+                                    _t(
+                                    _wrap_i32(84
+                                    - _wrap_i32(
+                                    torch.remainder(
+                                    _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
+                                    * 12))), _t(32)) + 12) > 32),
+                            (
+                                (
+                                    (
+                                    (
+                                    torch.where(
+                                    (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
+                                    _codes_of(
+                                    _gather(q.view(torch.int32),
+                                    (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
+                                    _wrap_i32(
+                                    _wrap_i32(
+                                    torch.div(
+                                    _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8),
+                                    rounding_mode='floor') * 3)
+                                    + _wrap_i32(
+                                    torch.maximum(
+                                    _t(
+                                    _wrap_i32(2
+                                    - torch.div(
+                                    _t(
+                                    _wrap_i32(84
+                                    - _wrap_i32(
+                                    torch.remainder(
+                                    _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
+                                    * 12))), _t(32), rounding_mode='floor'))), _t(1)) - 1))),
+                                    (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
+                                    << (
+                                    _wrap_i32(31
+                                    - torch.remainder(
+                                    _t(
+                                    _wrap_i32(84
+                                    - _wrap_i32(
+                                    torch.remainder(
+                                    _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
+                                    * 12))), _t(32))) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 1) & 0xFFFFFFFF), 0)) & 0xfff),
+                (N_b, N_r, N_g, N_c))
+            qf = _fit(decode_e5m6(q_code), (N_b, N_r, N_g, N_c))
+        if scale in ('fp32', 'e4m3'):
+            s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
+        if scale == 'ue8m0':
+            s = _fit(
+                _from_bits(
+                    (
                         (
                             (
                                 (
-                                (
-                                torch.where(
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                                _codes_of(
-                                _gather(q.view(torch.int32),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                _wrap_i32(
-                                _wrap_i32(
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(8), rounding_mode='floor') * 3)
-                                + _wrap_i32(
-                                torch.maximum(
-                                _t(
-                                _wrap_i32(2
-                                - torch.div(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32), rounding_mode='floor'))), _t(1)) - 1))),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                                << (
-                                _wrap_i32(31
-                                - torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32))) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 1) & 0xFFFFFFFF), 0)) & 0xfff),
-            (N_b, N_r, N_g, N_c))
-        qf = _fit(decode_e5m6(q_code), (N_b, N_r, N_g, N_c))
-        s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
+                                    _codes_of(
+                                    _gather(sf,
+                                    (_ix(N_b, 0, 2, _dev),
+                                    torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None))
+                                    >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF))
+                                & 255) << 23) & 0xFFFFFFFF)), (N_b, N_g))
+        if scale == 'ue8m0_byte':
+            s = _fit(
+                _from_bits(
+                    ((_codes_of(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g'))) << 23) & 0xFFFFFFFF)),
+                (N_b, N_g))
         y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
+        if out == 'bf16':
+            _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
+                _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
+                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
+        if out == 'fp32':
+            _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
+                y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
         return _s_y,
 
 
-def reference_e5m6_fp32_fp32(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 8 // 12
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        q_code = _fit(
-            (
-                (
-                    (
-                        torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                            _codes_of(
-                                _gather(q.view(torch.int32),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                _wrap_i32(
-                                _wrap_i32(
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(8), rounding_mode='floor') * 3)
-                                + _wrap_i32(2
-                                - torch.div(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32), rounding_mode='floor')))),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                        >> (
-                            torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32)) & 0xFFFFFFFF))
-                    | torch.where(
-                        (
-                            _wrap_i32(
-                                torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32)) + 12) > 32),
-                        (
-                            (
-                                (
-                                (
-                                torch.where(
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                                _codes_of(
-                                _gather(q.view(torch.int32),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                _wrap_i32(
-                                _wrap_i32(
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(8), rounding_mode='floor') * 3)
-                                + _wrap_i32(
-                                torch.maximum(
-                                _t(
-                                _wrap_i32(2
-                                - torch.div(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32), rounding_mode='floor'))), _t(1)) - 1))),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                                << (
-                                _wrap_i32(31
-                                - torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32))) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 1) & 0xFFFFFFFF), 0)) & 0xfff),
-            (N_b, N_r, N_g, N_c))
-        qf = _fit(decode_e5m6(q_code), (N_b, N_r, N_g, N_c))
-        s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e5m6_ue8m0_bf16(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 8 // 12
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        q_code = _fit(
-            (
-                (
-                    (
-                        torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                            _codes_of(
-                                _gather(q.view(torch.int32),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                _wrap_i32(
-                                _wrap_i32(
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(8), rounding_mode='floor') * 3)
-                                + _wrap_i32(2
-                                - torch.div(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32), rounding_mode='floor')))),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                        >> (
-                            torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32)) & 0xFFFFFFFF))
-                    | torch.where(
-                        (
-                            _wrap_i32(
-                                torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32)) + 12) > 32),
-                        (
-                            (
-                                (
-                                (
-                                torch.where(
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                                _codes_of(
-                                _gather(q.view(torch.int32),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                _wrap_i32(
-                                _wrap_i32(
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(8), rounding_mode='floor') * 3)
-                                + _wrap_i32(
-                                torch.maximum(
-                                _t(
-                                _wrap_i32(2
-                                - torch.div(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32), rounding_mode='floor'))), _t(1)) - 1))),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                                << (
-                                _wrap_i32(31
-                                - torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32))) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 1) & 0xFFFFFFFF), 0)) & 0xfff),
-            (N_b, N_r, N_g, N_c))
-        qf = _fit(decode_e5m6(q_code), (N_b, N_r, N_g, N_c))
-        s = _fit(
-            _from_bits(
-                (
-                    (
-                        (
-                            (
-                                _codes_of(
-                                _gather(sf,
-                                (_ix(N_b, 0, 2, _dev),
-                                torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None))
-                                >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF))
-                            & 255) << 23) & 0xFFFFFFFF)), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e5m6_ue8m0_fp32(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 8 // 12
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        q_code = _fit(
-            (
-                (
-                    (
-                        torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                            _codes_of(
-                                _gather(q.view(torch.int32),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                _wrap_i32(
-                                _wrap_i32(
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(8), rounding_mode='floor') * 3)
-                                + _wrap_i32(2
-                                - torch.div(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32), rounding_mode='floor')))),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                        >> (
-                            torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32)) & 0xFFFFFFFF))
-                    | torch.where(
-                        (
-                            _wrap_i32(
-                                torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32)) + 12) > 32),
-                        (
-                            (
-                                (
-                                (
-                                torch.where(
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                                _codes_of(
-                                _gather(q.view(torch.int32),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                _wrap_i32(
-                                _wrap_i32(
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(8), rounding_mode='floor') * 3)
-                                + _wrap_i32(
-                                torch.maximum(
-                                _t(
-                                _wrap_i32(2
-                                - torch.div(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32), rounding_mode='floor'))), _t(1)) - 1))),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                                << (
-                                _wrap_i32(31
-                                - torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32))) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 1) & 0xFFFFFFFF), 0)) & 0xfff),
-            (N_b, N_r, N_g, N_c))
-        qf = _fit(decode_e5m6(q_code), (N_b, N_r, N_g, N_c))
-        s = _fit(
-            _from_bits(
-                (
-                    (
-                        (
-                            (
-                                _codes_of(
-                                _gather(sf,
-                                (_ix(N_b, 0, 2, _dev),
-                                torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None))
-                                >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF))
-                            & 255) << 23) & 0xFFFFFFFF)), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e5m6_ue8m0_byte_bf16(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 8 // 12
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        q_code = _fit(
-            (
-                (
-                    (
-                        torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                            _codes_of(
-                                _gather(q.view(torch.int32),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                _wrap_i32(
-                                _wrap_i32(
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(8), rounding_mode='floor') * 3)
-                                + _wrap_i32(2
-                                - torch.div(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32), rounding_mode='floor')))),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                        >> (
-                            torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32)) & 0xFFFFFFFF))
-                    | torch.where(
-                        (
-                            _wrap_i32(
-                                torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32)) + 12) > 32),
-                        (
-                            (
-                                (
-                                (
-                                torch.where(
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                                _codes_of(
-                                _gather(q.view(torch.int32),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                _wrap_i32(
-                                _wrap_i32(
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(8), rounding_mode='floor') * 3)
-                                + _wrap_i32(
-                                torch.maximum(
-                                _t(
-                                _wrap_i32(2
-                                - torch.div(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32), rounding_mode='floor'))), _t(1)) - 1))),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                                << (
-                                _wrap_i32(31
-                                - torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32))) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 1) & 0xFFFFFFFF), 0)) & 0xfff),
-            (N_b, N_r, N_g, N_c))
-        qf = _fit(decode_e5m6(q_code), (N_b, N_r, N_g, N_c))
-        s = _fit(
-            _from_bits(((_codes_of(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g'))) << 23) & 0xFFFFFFFF)),
-            (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e5m6_ue8m0_byte_fp32(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 8 // 12
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        q_code = _fit(
-            (
-                (
-                    (
-                        torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                            _codes_of(
-                                _gather(q.view(torch.int32),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                _wrap_i32(
-                                _wrap_i32(
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(8), rounding_mode='floor') * 3)
-                                + _wrap_i32(2
-                                - torch.div(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32), rounding_mode='floor')))),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                        >> (
-                            torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32)) & 0xFFFFFFFF))
-                    | torch.where(
-                        (
-                            _wrap_i32(
-                                torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32)) + 12) > 32),
-                        (
-                            (
-                                (
-                                (
-                                torch.where(
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                                _codes_of(
-                                _gather(q.view(torch.int32),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                _wrap_i32(
-                                _wrap_i32(
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(8), rounding_mode='floor') * 3)
-                                + _wrap_i32(
-                                torch.maximum(
-                                _t(
-                                _wrap_i32(2
-                                - torch.div(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32), rounding_mode='floor'))), _t(1)) - 1))),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                                << (
-                                _wrap_i32(31
-                                - torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32))) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 1) & 0xFFFFFFFF), 0)) & 0xfff),
-            (N_b, N_r, N_g, N_c))
-        qf = _fit(decode_e5m6(q_code), (N_b, N_r, N_g, N_c))
-        s = _fit(
-            _from_bits(((_codes_of(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g'))) << 23) & 0xFFFFFFFF)),
-            (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e5m6_e4m3_bf16(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 8 // 12
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        q_code = _fit(
-            (
-                (
-                    (
-                        torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                            _codes_of(
-                                _gather(q.view(torch.int32),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                _wrap_i32(
-                                _wrap_i32(
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(8), rounding_mode='floor') * 3)
-                                + _wrap_i32(2
-                                - torch.div(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32), rounding_mode='floor')))),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                        >> (
-                            torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32)) & 0xFFFFFFFF))
-                    | torch.where(
-                        (
-                            _wrap_i32(
-                                torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32)) + 12) > 32),
-                        (
-                            (
-                                (
-                                (
-                                torch.where(
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                                _codes_of(
-                                _gather(q.view(torch.int32),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                _wrap_i32(
-                                _wrap_i32(
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(8), rounding_mode='floor') * 3)
-                                + _wrap_i32(
-                                torch.maximum(
-                                _t(
-                                _wrap_i32(2
-                                - torch.div(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32), rounding_mode='floor'))), _t(1)) - 1))),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                                << (
-                                _wrap_i32(31
-                                - torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32))) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 1) & 0xFFFFFFFF), 0)) & 0xfff),
-            (N_b, N_r, N_g, N_c))
-        qf = _fit(decode_e5m6(q_code), (N_b, N_r, N_g, N_c))
-        s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def reference_e5m6_e4m3_fp32(q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 8 // 12
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        q_code = _fit(
-            (
-                (
-                    (
-                        torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                            _codes_of(
-                                _gather(q.view(torch.int32),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                _wrap_i32(
-                                _wrap_i32(
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(8), rounding_mode='floor') * 3)
-                                + _wrap_i32(2
-                                - torch.div(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32), rounding_mode='floor')))),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                        >> (
-                            torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32)) & 0xFFFFFFFF))
-                    | torch.where(
-                        (
-                            _wrap_i32(
-                                torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32)) + 12) > 32),
-                        (
-                            (
-                                (
-                                (
-                                torch.where(
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                                _codes_of(
-                                _gather(q.view(torch.int32),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                _wrap_i32(
-                                _wrap_i32(
-                                torch.div(_t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))),
-                                _t(8), rounding_mode='floor') * 3)
-                                + _wrap_i32(
-                                torch.maximum(
-                                _t(
-                                _wrap_i32(2
-                                - torch.div(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32), rounding_mode='floor'))), _t(1)) - 1))),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                                << (
-                                _wrap_i32(31
-                                - torch.remainder(
-                                _t(
-                                _wrap_i32(84
-                                - _wrap_i32(
-                                torch.remainder(
-                                _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
-                                * 12))), _t(32))) & 0xFFFFFFFF)) & 0xFFFFFFFF) << 1) & 0xFFFFFFFF), 0)) & 0xfff),
-            (N_b, N_r, N_g, N_c))
-        qf = _fit(decode_e5m6(q_code), (N_b, N_r, N_g, N_c))
-        s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
+# the variants of the shared functions
+reference_e4m3_fp32_bf16 = specialize(make_reference_variants, 'e4m3', 'fp32', 'bf16')
+reference_e4m3_fp32_fp32 = specialize(make_reference_variants, 'e4m3', 'fp32', 'fp32')
+reference_e4m3_ue8m0_bf16 = specialize(make_reference_variants, 'e4m3', 'ue8m0', 'bf16')
+reference_e4m3_ue8m0_fp32 = specialize(make_reference_variants, 'e4m3', 'ue8m0', 'fp32')
+reference_e4m3_ue8m0_byte_bf16 = specialize(make_reference_variants, 'e4m3', 'ue8m0_byte', 'bf16')
+reference_e4m3_ue8m0_byte_fp32 = specialize(make_reference_variants, 'e4m3', 'ue8m0_byte', 'fp32')
+reference_e4m3_e4m3_bf16 = specialize(make_reference_variants, 'e4m3', 'e4m3', 'bf16')
+reference_e4m3_e4m3_fp32 = specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32')
+reference_e5m2_fp32_bf16 = specialize(make_reference_variants, 'e5m2', 'fp32', 'bf16')
+reference_e5m2_fp32_fp32 = specialize(make_reference_variants, 'e5m2', 'fp32', 'fp32')
+reference_e5m2_ue8m0_bf16 = specialize(make_reference_variants, 'e5m2', 'ue8m0', 'bf16')
+reference_e5m2_ue8m0_fp32 = specialize(make_reference_variants, 'e5m2', 'ue8m0', 'fp32')
+reference_e5m2_ue8m0_byte_bf16 = specialize(make_reference_variants, 'e5m2', 'ue8m0_byte', 'bf16')
+reference_e5m2_ue8m0_byte_fp32 = specialize(make_reference_variants, 'e5m2', 'ue8m0_byte', 'fp32')
+reference_e5m2_e4m3_bf16 = specialize(make_reference_variants, 'e5m2', 'e4m3', 'bf16')
+reference_e5m2_e4m3_fp32 = specialize(make_reference_variants, 'e5m2', 'e4m3', 'fp32')
+reference_e2m1_fp32_bf16 = specialize(make_reference_variants_2, 'e2m1', 'fp32', 'bf16')
+reference_e2m1_fp32_fp32 = specialize(make_reference_variants_2, 'e2m1', 'fp32', 'fp32')
+reference_e2m1_ue8m0_bf16 = specialize(make_reference_variants_2, 'e2m1', 'ue8m0', 'bf16')
+reference_e2m1_ue8m0_fp32 = specialize(make_reference_variants_2, 'e2m1', 'ue8m0', 'fp32')
+reference_e2m1_ue8m0_byte_bf16 = specialize(make_reference_variants_2, 'e2m1', 'ue8m0_byte', 'bf16')
+reference_e2m1_ue8m0_byte_fp32 = specialize(make_reference_variants_2, 'e2m1', 'ue8m0_byte', 'fp32')
+reference_e2m1_e4m3_bf16 = specialize(make_reference_variants_2, 'e2m1', 'e4m3', 'bf16')
+reference_e2m1_e4m3_fp32 = specialize(make_reference_variants_2, 'e2m1', 'e4m3', 'fp32')
+reference_e5m6_fp32_bf16 = specialize(make_reference_variants_2, 'e5m6', 'fp32', 'bf16')
+reference_e5m6_fp32_fp32 = specialize(make_reference_variants_2, 'e5m6', 'fp32', 'fp32')
+reference_e5m6_ue8m0_bf16 = specialize(make_reference_variants_2, 'e5m6', 'ue8m0', 'bf16')
+reference_e5m6_ue8m0_fp32 = specialize(make_reference_variants_2, 'e5m6', 'ue8m0', 'fp32')
+reference_e5m6_ue8m0_byte_bf16 = specialize(make_reference_variants_2, 'e5m6', 'ue8m0_byte', 'bf16')
+reference_e5m6_ue8m0_byte_fp32 = specialize(make_reference_variants_2, 'e5m6', 'ue8m0_byte', 'fp32')
+reference_e5m6_e4m3_bf16 = specialize(make_reference_variants_2, 'e5m6', 'e4m3', 'bf16')
+reference_e5m6_e4m3_fp32 = specialize(make_reference_variants_2, 'e5m6', 'e4m3', 'fp32')
 
 
 VARIANTS = {

@@ -2,14 +2,15 @@
 # with the formats and the cpu profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `elementwise_cast` for the `cpu` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16, decode_e4m3, encode_bf16, encode_e4m3
 
 TARGET = 'c'
@@ -17,7 +18,7 @@ PASS_CONFIGS = {'tirx.disable_vectorize': True}
 COMPILE_FLAGS = ['-O2', '-ffp-contract=off']
 
 
-def build_fp32(x_dtype, *, threads=1, block_b=1):
+def make_variants(dtype, x_dtype, *, threads=1, block_b=1):
     N = T.dynamic("N")
     N_b = T.ceildiv(N, 1024)
     N_r = 1024
@@ -26,11 +27,17 @@ def build_fp32(x_dtype, *, threads=1, block_b=1):
     STORAGE_x = {'fp32': 'float32', 'bf16': 'uint16', 'e4m3': 'uint8'}[x_dtype]
     LOAD_x = {'fp32': lambda v: v, 'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'e4m3': lambda v:
         decode_e4m3(T.cast(v, "uint32"))}[x_dtype]
+    if dtype == 'fp32':
+        PARAM_y = T.Tensor((N,), 'float32')
+    if dtype == 'bf16':
+        PARAM_y = T.Tensor((N,), 'uint16')
+    if dtype == 'e4m3':
+        PARAM_y = T.Tensor((N,), 'uint8')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((N,), STORAGE_x),
-        y: T.Tensor((N,), 'float32'),
+        y: PARAM_y,
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
             y_tile = T.alloc_local((B_b, B_r), 'float32')
@@ -39,60 +46,17 @@ def build_fp32(x_dtype, *, threads=1, block_b=1):
                     LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r)]), T.float32(0.0))
             for i_b, i_r in T.grid(B_b, B_r):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < N):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r)] = y_tile[i_b, i_r]
+                    if dtype == 'fp32':
+                        y[(((b_b * B_b + i_b) * N_r) + i_r)] = y_tile[i_b, i_r]
+                    if dtype == 'bf16':
+                        y[(((b_b * B_b + i_b) * N_r) + i_r)] = T.cast(encode_bf16(y_tile[i_b, i_r]), "uint16")
+                    if dtype == 'e4m3':
+                        y[(((b_b * B_b + i_b) * N_r) + i_r)] = T.cast(encode_e4m3(y_tile[i_b, i_r]), "uint8")
 
     return kernel
 
 
-def build_bf16(x_dtype, *, threads=1, block_b=1):
-    N = T.dynamic("N")
-    N_b = T.ceildiv(N, 1024)
-    N_r = 1024
-    B_r = N_r
-    B_b = block_b
-    STORAGE_x = {'fp32': 'float32', 'bf16': 'uint16', 'e4m3': 'uint8'}[x_dtype]
-    LOAD_x = {'fp32': lambda v: v, 'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'e4m3': lambda v:
-        decode_e4m3(T.cast(v, "uint32"))}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((N,), STORAGE_x),
-        y: T.Tensor((N,), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            y_tile = T.alloc_local((B_b, B_r), 'float32')
-            for i_b, i_r in T.grid(B_b, B_r):
-                y_tile[i_b, i_r] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < N),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r)]), T.float32(0.0))
-            for i_b, i_r in T.grid(B_b, B_r):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < N):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r)] = T.cast(encode_bf16(y_tile[i_b, i_r]), "uint16")
-
-    return kernel
-
-
-def build_e4m3(x_dtype, *, threads=1, block_b=1):
-    N = T.dynamic("N")
-    N_b = T.ceildiv(N, 1024)
-    N_r = 1024
-    B_r = N_r
-    B_b = block_b
-    STORAGE_x = {'fp32': 'float32', 'bf16': 'uint16', 'e4m3': 'uint8'}[x_dtype]
-    LOAD_x = {'fp32': lambda v: v, 'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'e4m3': lambda v:
-        decode_e4m3(T.cast(v, "uint32"))}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((N,), STORAGE_x),
-        y: T.Tensor((N,), 'uint8'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            y_tile = T.alloc_local((B_b, B_r), 'float32')
-            for i_b, i_r in T.grid(B_b, B_r):
-                y_tile[i_b, i_r] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < N),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r)]), T.float32(0.0))
-            for i_b, i_r in T.grid(B_b, B_r):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < N):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r)] = T.cast(encode_e4m3(y_tile[i_b, i_r]), "uint8")
-
-    return kernel
+# the variants of the shared factories
+build_fp32 = specialize(make_variants, 'fp32')
+build_bf16 = specialize(make_variants, 'bf16')
+build_e4m3 = specialize(make_variants, 'e4m3')

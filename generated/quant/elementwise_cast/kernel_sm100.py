@@ -2,21 +2,22 @@
 # with the formats and the sm100 profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `elementwise_cast` for the `sm100` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
 COMPILE_FLAGS = ['-fmad=false']
 
 
-def build_fp32(x_dtype, *, threads=128, block_b=4):
+def make_variants(dtype, x_dtype, *, threads=128, block_b=4):
     N = T.dynamic("N")
     N_b = T.ceildiv(N, 1024)
     N_r = 1024
@@ -25,11 +26,17 @@ def build_fp32(x_dtype, *, threads=128, block_b=4):
     STORAGE_x = {'fp32': 'float32', 'bf16': 'bfloat16', 'e4m3': 'float8_e4m3fn'}[x_dtype]
     LOAD_x = {'fp32': lambda v: v, 'bf16': lambda v: T.cast(v, "float32"), 'e4m3': lambda v: T.cast(v, "float32")}[
         x_dtype]
+    if dtype == 'fp32':
+        PARAM_y = T.Tensor((N,), 'float32')
+    if dtype == 'bf16':
+        PARAM_y = T.Tensor((N,), 'bfloat16')
+    if dtype == 'e4m3':
+        PARAM_y = T.Tensor((N,), 'float8_e4m3fn')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((N,), STORAGE_x),
-        y: T.Tensor((N,), 'float32'),
+        y: PARAM_y,
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
             y_tile = T.alloc_fragment((B_b, B_r), 'float32')
@@ -38,60 +45,17 @@ def build_fp32(x_dtype, *, threads=128, block_b=4):
                     LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r)]), T.float32(0.0))
             for i_b, i_r in T.Parallel(B_b, B_r):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < N):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r)] = y_tile[i_b, i_r]
+                    if dtype == 'fp32':
+                        y[(((b_b * B_b + i_b) * N_r) + i_r)] = y_tile[i_b, i_r]
+                    if dtype == 'bf16':
+                        y[(((b_b * B_b + i_b) * N_r) + i_r)] = T.cast(y_tile[i_b, i_r], "bfloat16")
+                    if dtype == 'e4m3':
+                        y[(((b_b * B_b + i_b) * N_r) + i_r)] = T.cast(y_tile[i_b, i_r], "float8_e4m3fn")
 
     return kernel
 
 
-def build_bf16(x_dtype, *, threads=128, block_b=4):
-    N = T.dynamic("N")
-    N_b = T.ceildiv(N, 1024)
-    N_r = 1024
-    B_r = N_r
-    B_b = block_b
-    STORAGE_x = {'fp32': 'float32', 'bf16': 'bfloat16', 'e4m3': 'float8_e4m3fn'}[x_dtype]
-    LOAD_x = {'fp32': lambda v: v, 'bf16': lambda v: T.cast(v, "float32"), 'e4m3': lambda v: T.cast(v, "float32")}[
-        x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((N,), STORAGE_x),
-        y: T.Tensor((N,), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            y_tile = T.alloc_fragment((B_b, B_r), 'float32')
-            for i_b, i_r in T.Parallel(B_b, B_r):
-                y_tile[i_b, i_r] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < N),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r)]), T.float32(0.0))
-            for i_b, i_r in T.Parallel(B_b, B_r):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < N):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r)] = T.cast(y_tile[i_b, i_r], "bfloat16")
-
-    return kernel
-
-
-def build_e4m3(x_dtype, *, threads=128, block_b=4):
-    N = T.dynamic("N")
-    N_b = T.ceildiv(N, 1024)
-    N_r = 1024
-    B_r = N_r
-    B_b = block_b
-    STORAGE_x = {'fp32': 'float32', 'bf16': 'bfloat16', 'e4m3': 'float8_e4m3fn'}[x_dtype]
-    LOAD_x = {'fp32': lambda v: v, 'bf16': lambda v: T.cast(v, "float32"), 'e4m3': lambda v: T.cast(v, "float32")}[
-        x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((N,), STORAGE_x),
-        y: T.Tensor((N,), 'float8_e4m3fn'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            y_tile = T.alloc_fragment((B_b, B_r), 'float32')
-            for i_b, i_r in T.Parallel(B_b, B_r):
-                y_tile[i_b, i_r] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < N),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r)]), T.float32(0.0))
-            for i_b, i_r in T.Parallel(B_b, B_r):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < N):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r)] = T.cast(y_tile[i_b, i_r], "float8_e4m3fn")
-
-    return kernel
+# the variants of the shared factories
+build_fp32 = specialize(make_variants, 'fp32')
+build_bf16 = specialize(make_variants, 'bf16')
+build_e4m3 = specialize(make_variants, 'e4m3')

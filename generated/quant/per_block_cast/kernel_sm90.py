@@ -2,21 +2,22 @@
 # with the formats and the sm90 profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `per_block_cast` for the `sm90` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
 COMPILE_FLAGS = ['-fmad=false']
 
 
-def build_e4m3_fp32(H, block_rows, block_cols, x_dtype, *, threads=256, block_b=1, tile_elems=8192):
+def make_e4m3(scale, H, block_rows, block_cols, x_dtype, *, threads=256, block_b=1, tile_elems=8192):
     T_ = T.dynamic("T")
     N_b = T.ceildiv(T_, block_rows)
     N_r = block_rows
@@ -52,63 +53,23 @@ def build_e4m3_fp32(H, block_rows, block_cols, x_dtype, *, threads=256, block_b=
             for i_b, i_g in T.Parallel(B_b, B_g):
                 amax[i_b, i_g] = T.max(_t1[i_b, i_g], T.float32(0.0001))
                 if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = (amax[i_b, i_g] / T.float32(448.0))
-                inv[i_b, i_g] = (T.float32(448.0) / amax[i_b, i_g])
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_c < N_c))):
-                    q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (xf[i_b, i_r, i_g, i_c] * inv[i_b, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2(H, block_rows, block_cols, x_dtype, *, threads=256, block_b=1, tile_elems=8192):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block_cols)
-    N_c = block_cols
-    B_r = pad_pow2(N_r)
-    B_c = pad_pow2(N_c)
-    B_b = block_b
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block_cols)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_b, B_r, B_g), 'float32')
-            _t1 = T.alloc_fragment((B_b, B_g), 'float32')
-            amax = T.alloc_fragment((B_b, B_g), 'float32')
-            inv = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                xf[i_b, i_r, i_g, i_c] = T.if_then_else(
-                    (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_c < N_c))),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=3)
-            T.reduce_absmax(_t0, _t1, dim=1)
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                amax[i_b, i_g] = T.max(_t1[i_b, i_g], T.float32(0.0001))
-                if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = T.reinterpret(
-                        (
+                    if scale == 'fp32':
+                        sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = (amax[i_b, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = T.reinterpret(
                             (
-                                ((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_b, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                                (
+                                    ((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_b, i_g] = (T.float32(448.0) / amax[i_b, i_g])
+                if scale == 'pow2':
+                    inv[i_b, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_c < N_c))):
                     q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
@@ -194,3 +155,8 @@ def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads=256, block_b
                         (xf[i_b, i_r, i_g, i_c] * inv[i_b, i_g]), "float8_e4m3fn")
 
     return kernel
+
+
+# the variants of the shared factories
+build_e4m3_fp32 = specialize(make_e4m3, 'fp32')
+build_e4m3_pow2 = specialize(make_e4m3, 'pow2')

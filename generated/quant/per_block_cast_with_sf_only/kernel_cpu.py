@@ -2,14 +2,15 @@
 # with the formats and the cpu profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `per_block_cast_with_sf_only` for the `cpu` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16
 
 TARGET = 'c'
@@ -17,7 +18,7 @@ PASS_CONFIGS = {'tirx.disable_vectorize': True}
 COMPILE_FLAGS = ['-O2', '-ffp-contract=off']
 
 
-def build_e4m3_fp32(H, block_rows, block_cols, x_dtype, *, threads=1, block_b=1):
+def make_e4m3(scale, H, block_rows, block_cols, x_dtype, *, threads=1, block_b=1):
     T_ = T.dynamic("T")
     N_b = T.ceildiv(T_, block_rows)
     N_r = block_rows
@@ -56,55 +57,14 @@ def build_e4m3_fp32(H, block_rows, block_cols, x_dtype, *, threads=1, block_b=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 amax[i_b, i_g] = T.max(_t1[i_b, i_g], T.float32(0.0001))
                 if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), i_g] = (amax[i_b, i_g] / T.float32(448.0))
-
-    return kernel
-
-
-def build_e4m3_pow2(H, block_rows, block_cols, x_dtype, *, threads=1, block_b=1):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block_cols)
-    N_c = block_cols
-    B_r = N_r
-    B_g = N_g
-    B_c = N_c
-    B_b = block_b
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block_cols)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            xf = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_b, B_r, B_g), 'float32')
-            _t0_for_absmax_over_r = T.alloc_local((B_b, B_r, B_g), 'float32')
-            _t1 = T.alloc_local((B_b, B_g), 'float32')
-            amax = T.alloc_local((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                xf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                xf_for_absmax_over_c[i_b, i_r, i_g, i_c] = T.Select(T.isnan(xf[i_b, i_r, i_g, i_c]), T.float32(0.0),
-                    xf[i_b, i_r, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=3)
-            for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t0_for_absmax_over_r[i_b, i_r, i_g] = T.Select(T.isnan(_t0[i_b, i_r, i_g]), T.float32(0.0),
-                    _t0[i_b, i_r, i_g])
-            T.reduce_absmax(_t0_for_absmax_over_r, _t1, dim=1)
-            for i_b, i_g in T.grid(B_b, B_g):
-                amax[i_b, i_g] = T.max(_t1[i_b, i_g], T.float32(0.0001))
-                if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), i_g] = T.reinterpret(
-                        (
+                    if scale == 'fp32':
+                        sf[(b_b * B_b + i_b), i_g] = (amax[i_b, i_g] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_b * B_b + i_b), i_g] = T.reinterpret(
                             (
-                                ((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                                (
+                                    ((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
 
     return kernel
 
@@ -178,3 +138,8 @@ def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads=1, block_b=1
                         "int32")
 
     return kernel
+
+
+# the variants of the shared factories
+build_e4m3_fp32 = specialize(make_e4m3, 'fp32')
+build_e4m3_pow2 = specialize(make_e4m3, 'pow2')

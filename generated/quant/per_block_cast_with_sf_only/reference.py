@@ -2,14 +2,16 @@
 # with the formats. Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `per_block_cast_with_sf_only`.
 
-The oracle its kernels are tested against, one function per variant. It runs the statements of the
-kernels on whole tensors, in float32, with the same operations in the same order, and encodes outputs
-through the same generated software codecs.
+The oracle its kernels are tested against, one function per variant (`reference_<variant>`: its own, or
+a shared `make_reference_...` with the params that tell variants apart bound first, where they differ
+only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
+same operations in the same order, and encodes outputs through the same generated software codecs.
 """
+from tkgen.runtime.schedule import specialize
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 
 
-def reference_e4m3_fp32(x, block_rows, block_cols, _given=None):
+def make_reference_e4m3(scale, x, block_rows, block_cols, _given=None):
     T_ = x.shape[0]
     H = x.shape[1]
     N_b = (-(-T_ // block_rows))
@@ -27,33 +29,13 @@ def reference_e4m3_fp32(x, block_rows, block_cols, _given=None):
         _t0 = _absmax(xf, 3)
         _t1 = _absmax(_t0, 1)
         amax = _fit(torch.maximum(_t(_t1), _t(_f32(0.0001))), (N_b, N_g))
-        sf_tile = _fit((amax / _f32(448.0)), (N_b, N_g))
-        _store_view(_s_sf, (N_b, N_g), (N_b, N_g), ('b', 'g'), ('b', 'g'), sf_tile, None, False)
-        return _s_sf,
-
-
-def reference_e4m3_pow2(x, block_rows, block_cols, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block_cols)
-    N_c = block_cols
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_sf = torch.zeros(((-(-T_ // block_rows)), (H // block_cols)), dtype=torch.float32, device=_dev)
-        xf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(x, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        _t0 = _absmax(xf, 3)
-        _t1 = _absmax(_t0, 1)
-        amax = _fit(torch.maximum(_t(_t1), _t(_f32(0.0001))), (N_b, N_g))
-        sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_b, N_g))
+        if scale == 'fp32':
+            sf_tile = _fit((amax / _f32(448.0)), (N_b, N_g))
+        if scale == 'pow2':
+            sf_tile = _fit(
+                _from_bits(
+                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                        & 0xFFFFFFFF)), (N_b, N_g))
         _store_view(_s_sf, (N_b, N_g), (N_b, N_g), ('b', 'g'), ('b', 'g'), sf_tile, None, False)
         return _s_sf,
 
@@ -106,6 +88,11 @@ def reference_e4m3_ue8m0(x, block_rows, block_cols, _given=None):
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
                 torch.int32), None, False)
         return _s_sf,
+
+
+# the variants of the shared functions
+reference_e4m3_fp32 = specialize(make_reference_e4m3, 'fp32')
+reference_e4m3_pow2 = specialize(make_reference_e4m3, 'pow2')
 
 
 VARIANTS = {

@@ -2,14 +2,15 @@
 # with the formats and the cpu profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `per_channel_cast` for the `cpu` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16, encode_e4m3
 
 TARGET = 'c'
@@ -17,7 +18,7 @@ PASS_CONFIGS = {'tirx.disable_vectorize': True}
 COMPILE_FLAGS = ['-O2', '-ffp-contract=off']
 
 
-def build_e4m3_fp32_false(H, group_tokens, x_dtype, *, threads=1, block_b=1):
+def make_e4m3_false(scale, H, group_tokens, x_dtype, *, threads=1, block_b=1):
     T_ = T.dynamic("T")
     N_b = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
@@ -50,8 +51,23 @@ def build_e4m3_fp32_false(H, group_tokens, x_dtype, *, threads=1, block_b=1):
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
                 if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), i_h] = (amax[i_b, i_h] / T.float32(448.0))
-                inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
+                    if scale == 'fp32':
+                        sf[(b_b * B_b + i_b), i_h] = (amax[i_b, i_h] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_b * B_b + i_b), i_h] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
+                if scale == 'pow2':
+                    inv[i_b, i_h] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     q[(((b_b * B_b + i_b) * N_r) + i_r), i_h] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])),
@@ -60,7 +76,7 @@ def build_e4m3_fp32_false(H, group_tokens, x_dtype, *, threads=1, block_b=1):
     return kernel
 
 
-def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
+def make_e4m3_true(scale, H, group_tokens, x_dtype, *, threads=1, block_b=1):
     T_ = T.dynamic("T")
     N_b = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
@@ -95,116 +111,23 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
                 if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), i_h] = (amax[i_b, i_h] / T.float32(448.0))
-                inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
-            for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
-                q_staged[i_b, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_b, i_r, i_h]), "uint8")
-            for i_h, i_b, i_r in T.grid(B_h, B_b, B_r):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    q[i_h, (((b_b * B_b + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
-
-    return kernel
-
-
-def build_e4m3_pow2_false(H, group_tokens, x_dtype, *, threads=1, block_b=1):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_h = H
-    B_r = N_r
-    B_h = N_h
-    B_b = block_b
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            xf = T.alloc_local((B_b, B_r, B_h), 'float32')
-            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), 'float32')
-            _t0 = T.alloc_local((B_b, B_h), 'float32')
-            amax = T.alloc_local((B_b, B_h), 'float32')
-            inv = T.alloc_local((B_b, B_h), 'float32')
-            for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
-            for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf_for_absmax_over_r[i_b, i_r, i_h] = T.Select(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0),
-                    xf[i_b, i_r, i_h])
-            T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
-            for i_b, i_h in T.grid(B_b, B_h):
-                amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), i_h] = T.reinterpret(
-                        (
+                    if scale == 'fp32':
+                        sf[(b_b * B_b + i_b), i_h] = (amax[i_b, i_h] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_b * B_b + i_b), i_h] = T.reinterpret(
                             (
-                                ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_b, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    q[(((b_b * B_b + i_b) * N_r) + i_r), i_h] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_h = H
-    B_r = N_r
-    B_h = N_h
-    B_b = block_b
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((H, T_), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            xf = T.alloc_local((B_b, B_r, B_h), 'float32')
-            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), 'float32')
-            _t0 = T.alloc_local((B_b, B_h), 'float32')
-            amax = T.alloc_local((B_b, B_h), 'float32')
-            inv = T.alloc_local((B_b, B_h), 'float32')
-            q_tile = T.alloc_local((B_b, B_r, B_h), 'float32')
-            q_staged = T.alloc_local((B_b, B_r, B_h + bank_pad('uint8')), 'uint8')
-            for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
-            for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf_for_absmax_over_r[i_b, i_r, i_h] = T.Select(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0),
-                    xf[i_b, i_r, i_h])
-            T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
-            for i_b, i_h in T.grid(B_b, B_h):
-                amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), i_h] = T.reinterpret(
+                                (
+                                    ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
+                if scale == 'pow2':
+                    inv[i_b, i_h] = T.reinterpret(
                         (
-                            (
-                                ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_b, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
                 q_staged[i_b, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_b, i_r, i_h]), "uint8")
@@ -369,3 +292,10 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
                     q[i_h, (((b_b * B_b + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel
+
+
+# the variants of the shared factories
+build_e4m3_fp32_false = specialize(make_e4m3_false, 'fp32')
+build_e4m3_pow2_false = specialize(make_e4m3_false, 'pow2')
+build_e4m3_fp32_true = specialize(make_e4m3_true, 'fp32')
+build_e4m3_pow2_true = specialize(make_e4m3_true, 'pow2')

@@ -2,21 +2,22 @@
 # with the formats and the sm100 profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `per_channel_cast` for the `sm100` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
 COMPILE_FLAGS = ['-fmad=false']
 
 
-def build_e4m3_fp32_false(H, group_tokens, x_dtype, *, threads=256, block_b=1, tile_elems=16384):
+def make_e4m3_false(scale, H, group_tokens, x_dtype, *, threads=256, block_b=1, tile_elems=16384):
     T_ = T.dynamic("T")
     N_b = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
@@ -47,8 +48,23 @@ def build_e4m3_fp32_false(H, group_tokens, x_dtype, *, threads=256, block_b=1, t
             for i_b, i_h in T.Parallel(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
                 if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = (amax[i_b, i_h] / T.float32(448.0))
-                inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
+                    if scale == 'fp32':
+                        sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = (amax[i_b, i_h] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
+                if scale == 'pow2':
+                    inv[i_b, i_h] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
                     q[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast(
@@ -57,7 +73,7 @@ def build_e4m3_fp32_false(H, group_tokens, x_dtype, *, threads=256, block_b=1, t
     return kernel
 
 
-def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, tile_elems=16384):
+def make_e4m3_true(scale, H, group_tokens, x_dtype, *, threads=256, block_b=1, tile_elems=16384):
     T_ = T.dynamic("T")
     N_b = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
@@ -90,112 +106,23 @@ def build_e4m3_fp32_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, ti
             for i_b, i_h in T.Parallel(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
                 if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = (amax[i_b, i_h] / T.float32(448.0))
-                inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
-            for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
-                q_staged[i_b, i_r, i_h] = T.cast(q_tile[i_b, i_r, i_h], "float8_e4m3fn")
-            for i_h, i_b, i_r in T.Parallel(B_h, B_b, B_r):
-                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(b_h * B_h + i_h), (((b_b * B_b + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
-
-    return kernel
-
-
-def build_e4m3_pow2_false(H, group_tokens, x_dtype, *, threads=256, block_b=1, tile_elems=16384):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_h = H
-    B_r = pad_pow2(N_r)
-    B_b = block_b
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_b * B_r))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            xf = T.alloc_fragment((B_b, B_r, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_b, B_h), 'float32')
-            amax = T.alloc_fragment((B_b, B_h), 'float32')
-            inv = T.alloc_fragment((B_b, B_h), 'float32')
-            for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=1)
-            for i_b, i_h in T.Parallel(B_b, B_h):
-                amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = T.reinterpret(
-                        (
+                    if scale == 'fp32':
+                        sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = (amax[i_b, i_h] / T.float32(448.0))
+                    if scale == 'pow2':
+                        sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = T.reinterpret(
                             (
-                                ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_b, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast(
-                        (xf[i_b, i_r, i_h] * inv[i_b, i_h]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_pow2_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, tile_elems=16384):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_h = H
-    B_r = pad_pow2(N_r)
-    B_b = block_b
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_b * B_r))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((H, T_), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            xf = T.alloc_fragment((B_b, B_r, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_b, B_h), 'float32')
-            amax = T.alloc_fragment((B_b, B_h), 'float32')
-            inv = T.alloc_fragment((B_b, B_h), 'float32')
-            q_tile = T.alloc_fragment((B_b, B_r, B_h), 'float32')
-            q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
-            for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=1)
-            for i_b, i_h in T.Parallel(B_b, B_h):
-                amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = T.reinterpret(
+                                (
+                                    ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'fp32':
+                    inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
+                if scale == 'pow2':
+                    inv[i_b, i_h] = T.reinterpret(
                         (
-                            (
-                                ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_b, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
                 q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
                 q_staged[i_b, i_r, i_h] = T.cast(q_tile[i_b, i_r, i_h], "float8_e4m3fn")
@@ -356,3 +283,10 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=256, block_b=1, t
                     q[(b_h * B_h + i_h), (((b_b * B_b + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel
+
+
+# the variants of the shared factories
+build_e4m3_fp32_false = specialize(make_e4m3_false, 'fp32')
+build_e4m3_pow2_false = specialize(make_e4m3_false, 'pow2')
+build_e4m3_fp32_true = specialize(make_e4m3_true, 'fp32')
+build_e4m3_pow2_true = specialize(make_e4m3_true, 'pow2')

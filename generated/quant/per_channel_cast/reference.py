@@ -2,15 +2,17 @@
 # with the formats. Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `per_channel_cast`.
 
-The oracle its kernels are tested against, one function per variant. It runs the statements of the
-kernels on whole tensors, in float32, with the same operations in the same order, and encodes outputs
-through the same generated software codecs.
+The oracle its kernels are tested against, one function per variant (`reference_<variant>`: its own, or
+a shared `make_reference_...` with the params that tell variants apart bound first, where they differ
+only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
+same operations in the same order, and encodes outputs through the same generated software codecs.
 """
+from tkgen.runtime.schedule import specialize
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_e4m3
 
 
-def reference_e4m3_fp32_false(x, group_tokens, _given=None):
+def make_reference_e4m3(scale, transpose, x, group_tokens, _given=None):
     T_ = x.shape[0]
     H = x.shape[1]
     N_b = (-(-T_ // group_tokens))
@@ -19,7 +21,10 @@ def reference_e4m3_fp32_false(x, group_tokens, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        if transpose == False:
+            _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        if transpose == True:
+            _s_q = torch.zeros((H, T_), dtype=torch.float8_e4m3fn, device=_dev)
         _s_sf = torch.zeros(((-(-T_ // group_tokens)), H), dtype=torch.float32, device=_dev)
         xf = _fit(
             torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
@@ -27,114 +32,36 @@ def reference_e4m3_fp32_false(x, group_tokens, _given=None):
             (N_b, N_r, N_h))
         _t0 = _absmax(xf, 1)
         amax = _fit(torch.maximum(_t(_t0), _t(_f32(0.0001))), (N_b, N_h))
-        sf_tile = _fit((amax / _f32(448.0)), (N_b, N_h))
+        if scale == 'fp32':
+            sf_tile = _fit((amax / _f32(448.0)), (N_b, N_h))
+        if scale == 'pow2':
+            sf_tile = _fit(
+                _from_bits(
+                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                        & 0xFFFFFFFF)), (N_b, N_h))
         _store_view(_s_sf, (N_b, N_h), (N_b, N_h), ('b', 'h'), ('b', 'h'), sf_tile, None, False)
-        inv = _fit((_f32(448.0) / amax), (N_b, N_h))
-        q_tile = _fit((xf * inv[:, None, :]), (N_b, N_r, N_h))
-        _store_view(_s_q, (N_b * N_r, N_h), (N_b, N_r, N_h), ('b', 'r', 'h'), ('b', 'r', 'h'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
-        return _s_q, _s_sf
-
-
-def reference_e4m3_fp32_true(x, group_tokens, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_b = (-(-T_ // group_tokens))
-    N_r = group_tokens
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((H, T_), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros(((-(-T_ // group_tokens)), H), dtype=torch.float32, device=_dev)
-        xf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
-                _view(x, (N_b * N_r, N_h), (N_b, N_r, N_h), (), ('b', 'r', 'h'), ('b', 'r', 'h')).to(torch.float32), 0),
-            (N_b, N_r, N_h))
-        _t0 = _absmax(xf, 1)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(0.0001))), (N_b, N_h))
-        sf_tile = _fit((amax / _f32(448.0)), (N_b, N_h))
-        _store_view(_s_sf, (N_b, N_h), (N_b, N_h), ('b', 'h'), ('b', 'h'), sf_tile, None, False)
-        inv = _fit((_f32(448.0) / amax), (N_b, N_h))
-        q_tile = _fit((xf * inv[:, None, :]), (N_b, N_r, N_h))
-        _store_view(_s_q, (N_h, N_b * N_r), (N_h, N_b, N_r), ('h', 'b', 'r'), ('b', 'r', 'h'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
-        return _s_q, _s_sf
-
-
-def reference_e4m3_pow2_false(x, group_tokens, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_b = (-(-T_ // group_tokens))
-    N_r = group_tokens
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros(((-(-T_ // group_tokens)), H), dtype=torch.float32, device=_dev)
-        xf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
-                _view(x, (N_b * N_r, N_h), (N_b, N_r, N_h), (), ('b', 'r', 'h'), ('b', 'r', 'h')).to(torch.float32), 0),
-            (N_b, N_r, N_h))
-        _t0 = _absmax(xf, 1)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(0.0001))), (N_b, N_h))
-        sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_b, N_h))
-        _store_view(_s_sf, (N_b, N_h), (N_b, N_h), ('b', 'h'), ('b', 'h'), sf_tile, None, False)
-        inv = _fit(
-            _from_bits(
-                (
+        if scale == 'fp32':
+            inv = _fit((_f32(448.0) / amax), (N_b, N_h))
+        if scale == 'pow2':
+            inv = _fit(
+                _from_bits(
                     (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_b, N_h))
+                        (
+                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_b, N_h))
         q_tile = _fit((xf * inv[:, None, :]), (N_b, N_r, N_h))
-        _store_view(_s_q, (N_b * N_r, N_h), (N_b, N_r, N_h), ('b', 'r', 'h'), ('b', 'r', 'h'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
+        if transpose == False:
+            _store_view(_s_q, (N_b * N_r, N_h), (N_b, N_r, N_h), ('b', 'r', 'h'), ('b', 'r', 'h'),
+                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
+                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
+        if transpose == True:
+            _store_view(_s_q, (N_h, N_b * N_r), (N_h, N_b, N_r), ('h', 'b', 'r'), ('b', 'r', 'h'),
+                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
+                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
         return _s_q, _s_sf
 
 
-def reference_e4m3_pow2_true(x, group_tokens, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_b = (-(-T_ // group_tokens))
-    N_r = group_tokens
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((H, T_), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros(((-(-T_ // group_tokens)), H), dtype=torch.float32, device=_dev)
-        xf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
-                _view(x, (N_b * N_r, N_h), (N_b, N_r, N_h), (), ('b', 'r', 'h'), ('b', 'r', 'h')).to(torch.float32), 0),
-            (N_b, N_r, N_h))
-        _t0 = _absmax(xf, 1)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(0.0001))), (N_b, N_h))
-        sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_b, N_h))
-        _store_view(_s_sf, (N_b, N_h), (N_b, N_h), ('b', 'h'), ('b', 'h'), sf_tile, None, False)
-        inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_b, N_h))
-        q_tile = _fit((xf * inv[:, None, :]), (N_b, N_r, N_h))
-        _store_view(_s_q, (N_h, N_b * N_r), (N_h, N_b, N_r), ('h', 'b', 'r'), ('b', 'r', 'h'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
-        return _s_q, _s_sf
-
-
-def reference_e4m3_ue8m0_false(x, group_tokens, _given=None):
+def make_reference_e4m3_ue8m0(transpose, x, group_tokens, _given=None):
     T_ = x.shape[0]
     H = x.shape[1]
     N_b = (-(-T_ // group_tokens))
@@ -144,7 +71,10 @@ def reference_e4m3_ue8m0_false(x, group_tokens, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        if transpose == False:
+            _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        if transpose == True:
+            _s_q = torch.zeros((H, T_), dtype=torch.float8_e4m3fn, device=_dev)
         _s_sf = torch.zeros(((-(-T_ // group_tokens)), (-(-H // 4))), dtype=torch.int32, device=_dev)
         xf = _fit(
             torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
@@ -187,69 +117,24 @@ def reference_e4m3_ue8m0_false(x, group_tokens, _given=None):
                         ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_b, N_h))
         q_tile = _fit((xf * inv[:, None, :]), (N_b, N_r, N_h))
-        _store_view(_s_q, (N_b * N_r, N_h), (N_b, N_r, N_h), ('b', 'r', 'h'), ('b', 'r', 'h'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
+        if transpose == False:
+            _store_view(_s_q, (N_b * N_r, N_h), (N_b, N_r, N_h), ('b', 'r', 'h'), ('b', 'r', 'h'),
+                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
+                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
+        if transpose == True:
+            _store_view(_s_q, (N_h, N_b * N_r), (N_h, N_b, N_r), ('h', 'b', 'r'), ('b', 'r', 'h'),
+                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
+                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
         return _s_q, _s_sf
 
 
-def reference_e4m3_ue8m0_true(x, group_tokens, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_b = (-(-T_ // group_tokens))
-    N_r = group_tokens
-    N_h = H
-    N_h_p = (-(-N_h // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((H, T_), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros(((-(-T_ // group_tokens)), (-(-H // 4))), dtype=torch.int32, device=_dev)
-        xf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
-                _view(x, (N_b * N_r, N_h), (N_b, N_r, N_h), (), ('b', 'r', 'h'), ('b', 'r', 'h')).to(torch.float32), 0),
-            (N_b, N_r, N_h))
-        _t0 = _absmax(xf, 1)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(0.0001))), (N_b, N_h))
-        sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_b, N_h))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_b, N_h))
-        _scatter(_s_sf, (_ix(N_b, 0, 2, _dev), _ix(N_h_p, 1, 2, _dev)),
-            _t(
-                (
-                    (
-                        (
-                            _take(sf_codes, (_ix(N_b, 0, 2, _dev), _wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) < N_h))
-                            | (
-                                (
-                                _take(sf_codes,
-                                (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1) < N_h)) << 8) & 0xFFFFFFFF))
-                        | (
-                            (
-                                _take(sf_codes,
-                                (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2) < N_h)) << 16) & 0xFFFFFFFF))
-                    | (
-                        (
-                            _take(sf_codes,
-                                (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3) < N_h)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), None, False)
-        inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_b, N_h))
-        q_tile = _fit((xf * inv[:, None, :]), (N_b, N_r, N_h))
-        _store_view(_s_q, (N_h, N_b * N_r), (N_h, N_b, N_r), ('h', 'b', 'r'), ('b', 'r', 'h'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
-        return _s_q, _s_sf
+# the variants of the shared functions
+reference_e4m3_fp32_false = specialize(make_reference_e4m3, 'fp32', False)
+reference_e4m3_fp32_true = specialize(make_reference_e4m3, 'fp32', True)
+reference_e4m3_pow2_false = specialize(make_reference_e4m3, 'pow2', False)
+reference_e4m3_pow2_true = specialize(make_reference_e4m3, 'pow2', True)
+reference_e4m3_ue8m0_false = specialize(make_reference_e4m3_ue8m0, False)
+reference_e4m3_ue8m0_true = specialize(make_reference_e4m3_ue8m0, True)
 
 
 VARIANTS = {

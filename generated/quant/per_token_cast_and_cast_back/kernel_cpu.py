@@ -2,14 +2,15 @@
 # with the formats and the cpu profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `per_token_cast_and_cast_back` for the `cpu` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 from ...common.tilelang_helpers import (decode_bf16, decode_e2m1, decode_e4m3, decode_e5m2, decode_e5m6, encode_bf16,
     encode_e2m1, encode_e4m3, encode_e5m2, encode_e5m6)
 
@@ -18,7 +19,7 @@ PASS_CONFIGS = {'tirx.disable_vectorize': True}
 COMPILE_FLAGS = ['-O2', '-ffp-contract=off']
 
 
-def build_e4m3_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
+def make_variants(fmt, scale, out, H, group, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_g = (H // group)
@@ -28,11 +29,15 @@ def build_e4m3_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+    if out == 'bf16':
+        PARAM_y = T.Tensor((T_, H), 'uint16')
+    if out == 'fp32':
+        PARAM_y = T.Tensor((T_, H), 'float32')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'uint16'),
+        y: PARAM_y,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             xf = T.alloc_local((B_t, B_g, B_c), 'float32')
@@ -50,1357 +55,262 @@ def build_e4m3_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
                     xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e4m3(
-                    T.cast(T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])),
-                        "uint16")
-
-    return kernel
-
-
-def build_e4m3_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e4m3(
-                    T.cast(T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
-
-    return kernel
-
-
-def build_e4m3_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e4m3(
-                    T.cast(T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])),
-                        "uint16")
-
-    return kernel
-
-
-def build_e4m3_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e4m3(
-                    T.cast(T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
-
-    return kernel
-
-
-def build_e4m3_e4m3_bf16(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = T.Select(
-                    ((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
-                    T.reinterpret(
-                        T.min(
+                if fmt in ('e4m3', 'e5m2', 'e5m6'):
+                    amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
+                if fmt == 'e2m1':
+                    amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
+                if (fmt, scale) == ('e4m3', 'fp32'):
+                    sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
+                if (fmt, scale) == ('e4m3', 'pow2'):
+                    sf[i_t, i_g] = T.reinterpret(
+                        (
                             (
-                                (
-                                    (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                        "uint32") + T.uint32(0x7ffff))
-                                    + (
-                                        (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                            T.uint32(0x43e00000)), "float32"),
-                    (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
-                        - T.reinterpret(T.uint32(0x46800000), "float32")))
-                inv[i_t, i_g] = (T.float32(1.0)
-                    / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
+                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if (fmt, scale) == ('e4m3', 'e4m3'):
+                    sf[i_t, i_g] = T.Select(
+                        ((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
                         T.reinterpret(
                             T.min(
                                 (
                                     (
                                         (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                        "uint32") + T.uint32(0x7ffff))
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
+                                            "uint32") + T.uint32(0x7ffff))
                                         + (
-                                        (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
+                                            (
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
+                                            "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                                 T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
-                            - T.reinterpret(T.uint32(0x46800000), "float32"))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e4m3(
-                    T.cast(T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])),
-                        "uint16")
-
-    return kernel
-
-
-def build_e4m3_e4m3_fp32(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = T.Select(
-                    ((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
-                    T.reinterpret(
-                        T.min(
-                            (
-                                (
+                            - T.reinterpret(T.uint32(0x46800000), "float32")))
+                    inv[i_t, i_g] = (T.float32(1.0)
+                        / T.Select(
+                            ((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
+                            T.reinterpret(
+                                T.min(
                                     (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                        "uint32") + T.uint32(0x7ffff))
-                                    + (
                                         (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                            T.uint32(0x43e00000)), "float32"),
-                    (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
-                        - T.reinterpret(T.uint32(0x46800000), "float32")))
-                inv[i_t, i_g] = (T.float32(1.0)
-                    / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
+                                            (
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
+                                            "uint32") + T.uint32(0x7ffff))
+                                            + (
+                                            (
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
+                                            "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
+                                    T.uint32(0x43e00000)), "float32"),
+                            (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
+                                - T.reinterpret(T.uint32(0x46800000), "float32"))))
+                if (fmt, scale) == ('e5m2', 'fp32'):
+                    sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(57344.0))
+                    inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
+                if (fmt, scale) == ('e5m2', 'pow2'):
+                    sf[i_t, i_g] = T.reinterpret(
+                        (
+                            (
+                                ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
+                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if (fmt, scale) == ('e5m2', 'e4m3'):
+                    sf[i_t, i_g] = T.Select(
+                        ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
                         T.reinterpret(
                             T.min(
                                 (
                                     (
                                         (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                        "uint32") + T.uint32(0x7ffff))
+                                            T.reinterpret(
+                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
+                                            + T.uint32(0x7ffff))
                                         + (
-                                        (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                T.uint32(0x43e00000)), "float32"),
-                        (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
-                            - T.reinterpret(T.uint32(0x46800000), "float32"))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e4m3(
-                    T.cast(T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
-
-    return kernel
-
-
-def build_e5m2_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(57344.0))
-                inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e5m2(
-                    T.cast(T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])),
-                        "uint16")
-
-    return kernel
-
-
-def build_e5m2_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(57344.0))
-                inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e5m2(
-                    T.cast(T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
-
-    return kernel
-
-
-def build_e5m2_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e5m2(
-                    T.cast(T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])),
-                        "uint16")
-
-    return kernel
-
-
-def build_e5m2_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e5m2(
-                    T.cast(T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
-
-    return kernel
-
-
-def build_e5m2_e4m3_bf16(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = T.Select(
-                    ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
-                    T.reinterpret(
-                        T.min(
-                            (
-                                (
-                                    (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
-                                        "uint32") + T.uint32(0x7ffff))
-                                    + (
-                                        (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                            T.uint32(0x43e00000)), "float32"),
-                    (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
-                        - T.reinterpret(T.uint32(0x46800000), "float32")))
-                inv[i_t, i_g] = (T.float32(1.0)
-                    / T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
-                        T.reinterpret(
-                            T.min(
-                                (
-                                    (
-                                        (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
-                                        "uint32") + T.uint32(0x7ffff))
-                                        + (
-                                        (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
+                                            (
+                                            T.reinterpret(
+                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
+                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                                 T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
-                            - T.reinterpret(T.uint32(0x46800000), "float32"))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e5m2(
-                    T.cast(T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])),
-                        "uint16")
-
-    return kernel
-
-
-def build_e5m2_e4m3_fp32(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = T.Select(
-                    ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
-                    T.reinterpret(
-                        T.min(
-                            (
-                                (
+                            - T.reinterpret(T.uint32(0x46800000), "float32")))
+                    inv[i_t, i_g] = (T.float32(1.0)
+                        / T.Select(
+                            ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
+                            T.reinterpret(
+                                T.min(
                                     (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
-                                        "uint32") + T.uint32(0x7ffff))
-                                    + (
                                         (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                            T.uint32(0x43e00000)), "float32"),
-                    (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
-                        - T.reinterpret(T.uint32(0x46800000), "float32")))
-                inv[i_t, i_g] = (T.float32(1.0)
-                    / T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
+                                            (
+                                            T.reinterpret(
+                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
+                                            + T.uint32(0x7ffff))
+                                            + (
+                                            (
+                                            T.reinterpret(
+                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
+                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
+                                    T.uint32(0x43e00000)), "float32"),
+                            (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
+                                - T.reinterpret(T.uint32(0x46800000), "float32"))))
+                if (fmt, scale) == ('e2m1', 'fp32'):
+                    sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(6.0))
+                    inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
+                if (fmt, scale) == ('e2m1', 'pow2'):
+                    sf[i_t, i_g] = T.reinterpret(
+                        (
+                            (
+                                ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
+                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if (fmt, scale) == ('e2m1', 'e4m3'):
+                    sf[i_t, i_g] = T.Select(
+                        ((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
                         T.reinterpret(
                             T.min(
                                 (
                                     (
                                         (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
-                                        "uint32") + T.uint32(0x7ffff))
+                                            T.reinterpret(
+                                            (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
+                                            + T.uint32(0x7ffff))
                                         + (
-                                        (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                T.uint32(0x43e00000)), "float32"),
-                        (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
-                            - T.reinterpret(T.uint32(0x46800000), "float32"))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e5m2(
-                    T.cast(T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
-
-    return kernel
-
-
-def build_e2m1_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(6.0))
-                inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])),
-                        "uint16")
-
-    return kernel
-
-
-def build_e2m1_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(6.0))
-                inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
-
-    return kernel
-
-
-def build_e2m1_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])),
-                        "uint16")
-
-    return kernel
-
-
-def build_e2m1_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
-
-    return kernel
-
-
-def build_e2m1_e4m3_bf16(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf[i_t, i_g] = T.Select(
-                    ((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
-                    T.reinterpret(
-                        T.min(
-                            (
-                                (
-                                    (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                        "uint32") + T.uint32(0x7ffff))
-                                    + (
-                                        (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                            T.uint32(0x43e00000)), "float32"),
-                    (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
-                        - T.reinterpret(T.uint32(0x46800000), "float32")))
-                inv[i_t, i_g] = (T.float32(1.0)
-                    / T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
-                        T.reinterpret(
-                            T.min(
-                                (
-                                    (
-                                        (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                        "uint32") + T.uint32(0x7ffff))
-                                        + (
-                                        (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
+                                            (
+                                            T.reinterpret(
+                                            (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
+                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                                 T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
-                            - T.reinterpret(T.uint32(0x46800000), "float32"))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])),
-                        "uint16")
-
-    return kernel
-
-
-def build_e2m1_e4m3_fp32(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf[i_t, i_g] = T.Select(
-                    ((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
-                    T.reinterpret(
-                        T.min(
-                            (
-                                (
+                            - T.reinterpret(T.uint32(0x46800000), "float32")))
+                    inv[i_t, i_g] = (T.float32(1.0)
+                        / T.Select(
+                            ((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
+                            T.reinterpret(
+                                T.min(
                                     (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                        "uint32") + T.uint32(0x7ffff))
-                                    + (
                                         (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                            T.uint32(0x43e00000)), "float32"),
-                    (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
-                        - T.reinterpret(T.uint32(0x46800000), "float32")))
-                inv[i_t, i_g] = (T.float32(1.0)
-                    / T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
+                                            (
+                                            T.reinterpret(
+                                            (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
+                                            + T.uint32(0x7ffff))
+                                            + (
+                                            (
+                                            T.reinterpret(
+                                            (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
+                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
+                                    T.uint32(0x43e00000)), "float32"),
+                            (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
+                                - T.reinterpret(T.uint32(0x46800000), "float32"))))
+                if (fmt, scale) == ('e5m6', 'fp32'):
+                    sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(65024.0))
+                    inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
+                if (fmt, scale) == ('e5m6', 'pow2'):
+                    sf[i_t, i_g] = T.reinterpret(
+                        (
+                            (
+                                ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
+                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    inv[i_t, i_g] = T.reinterpret(
+                        (
+                            (T.uint32(254)
+                                - (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if (fmt, scale) == ('e5m6', 'e4m3'):
+                    sf[i_t, i_g] = T.Select(
+                        ((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
                         T.reinterpret(
                             T.min(
                                 (
                                     (
                                         (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                        "uint32") + T.uint32(0x7ffff))
+                                            T.reinterpret(
+                                            (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
+                                            + T.uint32(0x7ffff))
                                         + (
-                                        (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                T.uint32(0x43e00000)), "float32"),
-                        (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
-                            - T.reinterpret(T.uint32(0x46800000), "float32"))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
-
-    return kernel
-
-
-def build_e5m6_fp32_bf16(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(65024.0))
-                inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])),
-                        "uint16")
-
-    return kernel
-
-
-def build_e5m6_fp32_fp32(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(65024.0))
-                inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
-
-    return kernel
-
-
-def build_e5m6_pow2_bf16(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])),
-                        "uint16")
-
-    return kernel
-
-
-def build_e5m6_pow2_fp32(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
-
-    return kernel
-
-
-def build_e5m6_e4m3_bf16(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = T.Select(
-                    ((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
-                    T.reinterpret(
-                        T.min(
-                            (
-                                (
-                                    (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                        "uint32") + T.uint32(0x7ffff))
-                                    + (
-                                        (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                            T.uint32(0x43e00000)), "float32"),
-                    (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
-                        - T.reinterpret(T.uint32(0x46800000), "float32")))
-                inv[i_t, i_g] = (T.float32(1.0)
-                    / T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
-                        T.reinterpret(
-                            T.min(
-                                (
-                                    (
-                                        (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                        "uint32") + T.uint32(0x7ffff))
-                                        + (
-                                        (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
+                                            (
+                                            T.reinterpret(
+                                            (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
+                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                                 T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
-                            - T.reinterpret(T.uint32(0x46800000), "float32"))))
+                            - T.reinterpret(T.uint32(0x46800000), "float32")))
+                    inv[i_t, i_g] = (T.float32(1.0)
+                        / T.Select(
+                            ((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
+                            T.reinterpret(
+                                T.min(
+                                    (
+                                        (
+                                            (
+                                            T.reinterpret(
+                                            (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
+                                            + T.uint32(0x7ffff))
+                                            + (
+                                            (
+                                            T.reinterpret(
+                                            (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
+                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
+                                    T.uint32(0x43e00000)), "float32"),
+                            (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
+                                - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if fmt == 'e4m3':
+                    r[i_t, i_g, i_c] = decode_e4m3(
+                        T.cast(T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+                if fmt == 'e5m2':
+                    r[i_t, i_g, i_c] = decode_e5m2(
+                        T.cast(T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8"), "uint32"))
+                if fmt == 'e2m1':
+                    r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
+                if fmt == 'e5m6':
+                    r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])),
-                        "uint16")
+                    if out == 'bf16':
+                        y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                            encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
+                    if out == 'fp32':
+                        y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 
 
-def build_e5m6_e4m3_fp32(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            r = T.alloc_local((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf[i_t, i_g] = T.Select(
-                    ((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
-                    T.reinterpret(
-                        T.min(
-                            (
-                                (
-                                    (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                        "uint32") + T.uint32(0x7ffff))
-                                    + (
-                                        (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                            T.uint32(0x43e00000)), "float32"),
-                    (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
-                        - T.reinterpret(T.uint32(0x46800000), "float32")))
-                inv[i_t, i_g] = (T.float32(1.0)
-                    / T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
-                        T.reinterpret(
-                            T.min(
-                                (
-                                    (
-                                        (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                        "uint32") + T.uint32(0x7ffff))
-                                        + (
-                                        (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                T.uint32(0x43e00000)), "float32"),
-                        (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
-                            - T.reinterpret(T.uint32(0x46800000), "float32"))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
-
-    return kernel
+# the variants of the shared factories
+build_e4m3_fp32_bf16 = specialize(make_variants, 'e4m3', 'fp32', 'bf16')
+build_e4m3_fp32_fp32 = specialize(make_variants, 'e4m3', 'fp32', 'fp32')
+build_e4m3_pow2_bf16 = specialize(make_variants, 'e4m3', 'pow2', 'bf16')
+build_e4m3_pow2_fp32 = specialize(make_variants, 'e4m3', 'pow2', 'fp32')
+build_e4m3_e4m3_bf16 = specialize(make_variants, 'e4m3', 'e4m3', 'bf16')
+build_e4m3_e4m3_fp32 = specialize(make_variants, 'e4m3', 'e4m3', 'fp32')
+build_e5m2_fp32_bf16 = specialize(make_variants, 'e5m2', 'fp32', 'bf16')
+build_e5m2_fp32_fp32 = specialize(make_variants, 'e5m2', 'fp32', 'fp32')
+build_e5m2_pow2_bf16 = specialize(make_variants, 'e5m2', 'pow2', 'bf16')
+build_e5m2_pow2_fp32 = specialize(make_variants, 'e5m2', 'pow2', 'fp32')
+build_e5m2_e4m3_bf16 = specialize(make_variants, 'e5m2', 'e4m3', 'bf16')
+build_e5m2_e4m3_fp32 = specialize(make_variants, 'e5m2', 'e4m3', 'fp32')
+build_e2m1_fp32_bf16 = specialize(make_variants, 'e2m1', 'fp32', 'bf16')
+build_e2m1_fp32_fp32 = specialize(make_variants, 'e2m1', 'fp32', 'fp32')
+build_e2m1_pow2_bf16 = specialize(make_variants, 'e2m1', 'pow2', 'bf16')
+build_e2m1_pow2_fp32 = specialize(make_variants, 'e2m1', 'pow2', 'fp32')
+build_e2m1_e4m3_bf16 = specialize(make_variants, 'e2m1', 'e4m3', 'bf16')
+build_e2m1_e4m3_fp32 = specialize(make_variants, 'e2m1', 'e4m3', 'fp32')
+build_e5m6_fp32_bf16 = specialize(make_variants, 'e5m6', 'fp32', 'bf16')
+build_e5m6_fp32_fp32 = specialize(make_variants, 'e5m6', 'fp32', 'fp32')
+build_e5m6_pow2_bf16 = specialize(make_variants, 'e5m6', 'pow2', 'bf16')
+build_e5m6_pow2_fp32 = specialize(make_variants, 'e5m6', 'pow2', 'fp32')
+build_e5m6_e4m3_bf16 = specialize(make_variants, 'e5m6', 'e4m3', 'bf16')
+build_e5m6_e4m3_fp32 = specialize(make_variants, 'e5m6', 'e4m3', 'fp32')

@@ -2,16 +2,18 @@
 # with the formats. Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `per_token_cast_and_cast_back`.
 
-The oracle its kernels are tested against, one function per variant. It runs the statements of the
-kernels on whole tensors, in float32, with the same operations in the same order, and encodes outputs
-through the same generated software codecs.
+The oracle its kernels are tested against, one function per variant (`reference_<variant>`: its own, or
+a shared `make_reference_...` with the params that tell variants apart bound first, where they differ
+only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
+same operations in the same order, and encodes outputs through the same generated software codecs.
 """
+from tkgen.runtime.schedule import specialize
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import (decode_e2m1, decode_e5m6, encode_bf16, encode_e2m1, encode_e4m3, encode_e5m2,
     encode_e5m6)
 
 
-def reference_e4m3_fp32_bf16(x, group, _given=None):
+def make_reference_variants(fmt, scale, out, x, group, _given=None):
     T_ = x.shape[0]
     H = x.shape[1]
     N_t = T_
@@ -20,825 +22,237 @@ def reference_e4m3_fp32_bf16(x, group, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        if out == 'bf16':
+            _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
+        if out == 'fp32':
+            _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
         xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
             (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit((amax / _f32(448.0)), (N_t, N_g))
-        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        r = _fit(_codes_as(encode_e4m3((xf * inv[:, :, None])), torch.uint8, torch.float8_e4m3fn).to(torch.float32),
-            (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_y,
-
-
-def reference_e4m3_fp32_fp32(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit((amax / _f32(448.0)), (N_t, N_g))
-        inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        r = _fit(_codes_as(encode_e4m3((xf * inv[:, :, None])), torch.uint8, torch.float8_e4m3fn).to(torch.float32),
-            (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
-        return _s_y,
-
-
-def reference_e4m3_pow2_bf16(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_g))
-        inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        r = _fit(_codes_as(encode_e4m3((xf * inv[:, :, None])), torch.uint8, torch.float8_e4m3fn).to(torch.float32),
-            (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_y,
-
-
-def reference_e4m3_pow2_fp32(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_g))
-        inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        r = _fit(_codes_as(encode_e4m3((xf * inv[:, :, None])), torch.uint8, torch.float8_e4m3fn).to(torch.float32),
-            (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
-        return _s_y,
-
-
-def reference_e4m3_e4m3_bf16(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit(
-            torch.where(((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) >= _f32(0.015625)),
+        if fmt in ('e4m3', 'e5m2', 'e5m6'):
+            amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        if fmt == 'e2m1':
+            amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
+        if (fmt, scale) == ('e4m3', 'fp32'):
+            sf = _fit((amax / _f32(448.0)), (N_t, N_g))
+            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        if (fmt, scale) == ('e4m3', 'pow2'):
+            sf = _fit(
                 _from_bits(
-                    torch.minimum(
-                        _t(
-                            (
-                                (
-                                (
-                                ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) + 0x7ffff)
-                                & 0xFFFFFFFF)
-                                + ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) >> 20) & 1))
-                                & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
-                (((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) + _f32(16384.0)) - _from_bits(0x46800000))),
-            (N_t, N_g))
-        inv = _fit(
-            (_f32(1.0)
-                / torch.where(((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) >= _f32(0.015625)),
+                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                        & 0xFFFFFFFF)), (N_t, N_g))
+            inv = _fit(
+                _from_bits(
+                    (
+                        (
+                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        if (fmt, scale) == ('e4m3', 'e4m3'):
+            sf = _fit(
+                torch.where(((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) >= _f32(0.015625)),
                     _from_bits(
                         torch.minimum(
                             _t(
                                 (
-                                (
-                                (
-                                ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) + 0x7ffff)
-                                & 0xFFFFFFFF)
-                                + ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) >> 20) & 1))
-                                & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
+                                    (
+                                    (
+                                    ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) + 0x7ffff)
+                                    & 0xFFFFFFFF)
+                                    + ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) >> 20) & 1))
+                                    & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
                     (((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) + _f32(16384.0))
-                        - _from_bits(0x46800000)))), (N_t, N_g))
-        r = _fit(_codes_as(encode_e4m3((xf * inv[:, :, None])), torch.uint8, torch.float8_e4m3fn).to(torch.float32),
-            (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_y,
-
-
-def reference_e4m3_e4m3_fp32(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit(
-            torch.where(((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) >= _f32(0.015625)),
+                        - _from_bits(0x46800000))), (N_t, N_g))
+            inv = _fit(
+                (_f32(1.0)
+                    / torch.where(((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) >= _f32(0.015625)),
+                        _from_bits(
+                            torch.minimum(
+                                _t(
+                                    (
+                                    (
+                                    (
+                                    ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) + 0x7ffff)
+                                    & 0xFFFFFFFF)
+                                    + ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) >> 20) & 1))
+                                    & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
+                        (((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) + _f32(16384.0))
+                            - _from_bits(0x46800000)))), (N_t, N_g))
+        if (fmt, scale) == ('e5m2', 'fp32'):
+            sf = _fit((amax / _f32(57344.0)), (N_t, N_g))
+            inv = _fit((_f32(57344.0) / amax), (N_t, N_g))
+        if (fmt, scale) == ('e5m2', 'pow2'):
+            sf = _fit(
                 _from_bits(
-                    torch.minimum(
-                        _t(
-                            (
-                                (
-                                (
-                                ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) + 0x7ffff)
-                                & 0xFFFFFFFF)
-                                + ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) >> 20) & 1))
-                                & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
-                (((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) + _f32(16384.0)) - _from_bits(0x46800000))),
-            (N_t, N_g))
-        inv = _fit(
-            (_f32(1.0)
-                / torch.where(((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) >= _f32(0.015625)),
+                    (((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                        & 0xFFFFFFFF)), (N_t, N_g))
+            inv = _fit(
+                _from_bits(
+                    (
+                        (
+                            ((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        if (fmt, scale) == ('e5m2', 'e4m3'):
+            sf = _fit(
+                torch.where(((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) >= _f32(0.015625)),
                     _from_bits(
                         torch.minimum(
                             _t(
                                 (
-                                (
-                                (
-                                ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) + 0x7ffff)
-                                & 0xFFFFFFFF)
-                                + ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) >> 20) & 1))
-                                & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
-                    (((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) + _f32(16384.0))
-                        - _from_bits(0x46800000)))), (N_t, N_g))
-        r = _fit(_codes_as(encode_e4m3((xf * inv[:, :, None])), torch.uint8, torch.float8_e4m3fn).to(torch.float32),
-            (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
-        return _s_y,
-
-
-def reference_e5m2_fp32_bf16(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit((amax / _f32(57344.0)), (N_t, N_g))
-        inv = _fit((_f32(57344.0) / amax), (N_t, N_g))
-        r = _fit(_codes_as(encode_e5m2((xf * inv[:, :, None])), torch.uint8, torch.float8_e5m2).to(torch.float32),
-            (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_y,
-
-
-def reference_e5m2_fp32_fp32(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit((amax / _f32(57344.0)), (N_t, N_g))
-        inv = _fit((_f32(57344.0) / amax), (N_t, N_g))
-        r = _fit(_codes_as(encode_e5m2((xf * inv[:, :, None])), torch.uint8, torch.float8_e5m2).to(torch.float32),
-            (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
-        return _s_y,
-
-
-def reference_e5m2_pow2_bf16(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_g))
-        inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        r = _fit(_codes_as(encode_e5m2((xf * inv[:, :, None])), torch.uint8, torch.float8_e5m2).to(torch.float32),
-            (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_y,
-
-
-def reference_e5m2_pow2_fp32(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_g))
-        inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        r = _fit(_codes_as(encode_e5m2((xf * inv[:, :, None])), torch.uint8, torch.float8_e5m2).to(torch.float32),
-            (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
-        return _s_y,
-
-
-def reference_e5m2_e4m3_bf16(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit(
-            torch.where(((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) >= _f32(0.015625)),
-                _from_bits(
-                    torch.minimum(
-                        _t(
-                            (
-                                (
-                                (
-                                ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) + 0x7ffff)
-                                & 0xFFFFFFFF)
-                                + ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) >> 20) & 1))
-                                & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
-                (((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) + _f32(16384.0))
-                    - _from_bits(0x46800000))), (N_t, N_g))
-        inv = _fit(
-            (_f32(1.0)
-                / torch.where(((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) >= _f32(0.015625)),
-                    _from_bits(
-                        torch.minimum(
-                            _t(
-                                (
-                                (
-                                (
-                                ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) + 0x7ffff)
-                                & 0xFFFFFFFF)
-                                + ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) >> 20) & 1))
-                                & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
+                                    (
+                                    (
+                                    ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) + 0x7ffff)
+                                    & 0xFFFFFFFF)
+                                    + ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) >> 20) & 1))
+                                    & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
                     (((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) + _f32(16384.0))
-                        - _from_bits(0x46800000)))), (N_t, N_g))
-        r = _fit(_codes_as(encode_e5m2((xf * inv[:, :, None])), torch.uint8, torch.float8_e5m2).to(torch.float32),
-            (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_y,
-
-
-def reference_e5m2_e4m3_fp32(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit(
-            torch.where(((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) >= _f32(0.015625)),
+                        - _from_bits(0x46800000))), (N_t, N_g))
+            inv = _fit(
+                (_f32(1.0)
+                    / torch.where(((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) >= _f32(0.015625)),
+                        _from_bits(
+                            torch.minimum(
+                                _t(
+                                    (
+                                    (
+                                    (
+                                    ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) + 0x7ffff)
+                                    & 0xFFFFFFFF)
+                                    + ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) >> 20) & 1))
+                                    & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
+                        (((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) + _f32(16384.0))
+                            - _from_bits(0x46800000)))), (N_t, N_g))
+        if (fmt, scale) == ('e2m1', 'fp32'):
+            sf = _fit((amax / _f32(6.0)), (N_t, N_g))
+            inv = _fit((_f32(6.0) / amax), (N_t, N_g))
+        if (fmt, scale) == ('e2m1', 'pow2'):
+            sf = _fit(
                 _from_bits(
-                    torch.minimum(
-                        _t(
-                            (
-                                (
-                                (
-                                ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) + 0x7ffff)
-                                & 0xFFFFFFFF)
-                                + ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) >> 20) & 1))
-                                & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
-                (((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) + _f32(16384.0))
-                    - _from_bits(0x46800000))), (N_t, N_g))
-        inv = _fit(
-            (_f32(1.0)
-                / torch.where(((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) >= _f32(0.015625)),
-                    _from_bits(
-                        torch.minimum(
-                            _t(
-                                (
-                                (
-                                (
-                                ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) + 0x7ffff)
-                                & 0xFFFFFFFF)
-                                + ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) >> 20) & 1))
-                                & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
-                    (((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) + _f32(16384.0))
-                        - _from_bits(0x46800000)))), (N_t, N_g))
-        r = _fit(_codes_as(encode_e5m2((xf * inv[:, :, None])), torch.uint8, torch.float8_e5m2).to(torch.float32),
-            (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
-        return _s_y,
-
-
-def reference_e2m1_fp32_bf16(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
-        sf = _fit((amax / _f32(6.0)), (N_t, N_g))
-        inv = _fit((_f32(6.0) / amax), (N_t, N_g))
-        r = _fit(decode_e2m1(encode_e2m1((xf * inv[:, :, None]))), (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_y,
-
-
-def reference_e2m1_fp32_fp32(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
-        sf = _fit((amax / _f32(6.0)), (N_t, N_g))
-        inv = _fit((_f32(6.0) / amax), (N_t, N_g))
-        r = _fit(decode_e2m1(encode_e2m1((xf * inv[:, :, None]))), (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
-        return _s_y,
-
-
-def reference_e2m1_pow2_bf16(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
-        sf = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_g))
-        inv = _fit(
-            _from_bits(
-                (
-                    (((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF)
-                        << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        r = _fit(decode_e2m1(encode_e2m1((xf * inv[:, :, None]))), (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_y,
-
-
-def reference_e2m1_pow2_fp32(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
-        sf = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_g))
-        inv = _fit(
-            _from_bits(
-                (
-                    (((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF)
-                        << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        r = _fit(decode_e2m1(encode_e2m1((xf * inv[:, :, None]))), (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
-        return _s_y,
-
-
-def reference_e2m1_e4m3_bf16(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
-        sf = _fit(
-            torch.where(((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) >= _f32(0.015625)),
+                    (((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
+                (N_t, N_g))
+            inv = _fit(
                 _from_bits(
-                    torch.minimum(
-                        _t(
-                            (
-                                (
-                                (
-                                ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
-                                & 0xFFFFFFFF)
-                                + ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) >> 20) & 1))
-                                & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
-                (((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) + _f32(16384.0))
-                    - _from_bits(0x46800000))), (N_t, N_g))
-        inv = _fit(
-            (_f32(1.0)
-                / torch.where(((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) >= _f32(0.015625)),
-                    _from_bits(
-                        torch.minimum(
-                            _t(
-                                (
-                                (
-                                (
-                                ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
-                                & 0xFFFFFFFF)
-                                + ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) >> 20) & 1))
-                                & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
-                    (((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) + _f32(16384.0))
-                        - _from_bits(0x46800000)))), (N_t, N_g))
-        r = _fit(decode_e2m1(encode_e2m1((xf * inv[:, :, None]))), (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_y,
-
-
-def reference_e2m1_e4m3_fp32(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
-        sf = _fit(
-            torch.where(((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) >= _f32(0.015625)),
-                _from_bits(
-                    torch.minimum(
-                        _t(
-                            (
-                                (
-                                (
-                                ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
-                                & 0xFFFFFFFF)
-                                + ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) >> 20) & 1))
-                                & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
-                (((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) + _f32(16384.0))
-                    - _from_bits(0x46800000))), (N_t, N_g))
-        inv = _fit(
-            (_f32(1.0)
-                / torch.where(((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) >= _f32(0.015625)),
-                    _from_bits(
-                        torch.minimum(
-                            _t(
-                                (
-                                (
-                                (
-                                ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
-                                & 0xFFFFFFFF)
-                                + ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) >> 20) & 1))
-                                & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
-                    (((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) + _f32(16384.0))
-                        - _from_bits(0x46800000)))), (N_t, N_g))
-        r = _fit(decode_e2m1(encode_e2m1((xf * inv[:, :, None]))), (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
-        return _s_y,
-
-
-def reference_e5m6_fp32_bf16(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit((amax / _f32(65024.0)), (N_t, N_g))
-        inv = _fit((_f32(65024.0) / amax), (N_t, N_g))
-        r = _fit(decode_e5m6(encode_e5m6((xf * inv[:, :, None]))), (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_y,
-
-
-def reference_e5m6_fp32_fp32(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit((amax / _f32(65024.0)), (N_t, N_g))
-        inv = _fit((_f32(65024.0) / amax), (N_t, N_g))
-        r = _fit(decode_e5m6(encode_e5m6((xf * inv[:, :, None]))), (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
-        return _s_y,
-
-
-def reference_e5m6_pow2_bf16(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_g))
-        inv = _fit(
-            _from_bits(
-                (
                     (
-                        ((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        r = _fit(decode_e5m6(encode_e5m6((xf * inv[:, :, None]))), (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_y,
-
-
-def reference_e5m6_pow2_fp32(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_g))
-        inv = _fit(
-            _from_bits(
-                (
+                        (
+                            ((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        if (fmt, scale) == ('e2m1', 'e4m3'):
+            sf = _fit(
+                torch.where(((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) >= _f32(0.015625)),
+                    _from_bits(
+                        torch.minimum(
+                            _t(
+                                (
+                                    (
+                                    (
+                                    ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
+                                    & 0xFFFFFFFF)
+                                    + ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) >> 20) & 1))
+                                    & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
+                    (((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) + _f32(16384.0))
+                        - _from_bits(0x46800000))), (N_t, N_g))
+            inv = _fit(
+                (_f32(1.0)
+                    / torch.where(((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) >= _f32(0.015625)),
+                        _from_bits(
+                            torch.minimum(
+                                _t(
+                                    (
+                                    (
+                                    (
+                                    ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
+                                    & 0xFFFFFFFF)
+                                    + ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) >> 20) & 1))
+                                    & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
+                        (((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) + _f32(16384.0))
+                            - _from_bits(0x46800000)))), (N_t, N_g))
+        if (fmt, scale) == ('e5m6', 'fp32'):
+            sf = _fit((amax / _f32(65024.0)), (N_t, N_g))
+            inv = _fit((_f32(65024.0) / amax), (N_t, N_g))
+        if (fmt, scale) == ('e5m6', 'pow2'):
+            sf = _fit(
+                _from_bits(
+                    (((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                        & 0xFFFFFFFF)), (N_t, N_g))
+            inv = _fit(
+                _from_bits(
                     (
-                        ((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        r = _fit(decode_e5m6(encode_e5m6((xf * inv[:, :, None]))), (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
-        return _s_y,
-
-
-def reference_e5m6_e4m3_bf16(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit(
-            torch.where(((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) >= _f32(0.015625)),
-                _from_bits(
-                    torch.minimum(
-                        _t(
-                            (
-                                (
-                                (
-                                ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
-                                & 0xFFFFFFFF)
-                                + ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) >> 20) & 1))
-                                & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
-                (((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) + _f32(16384.0))
-                    - _from_bits(0x46800000))), (N_t, N_g))
-        inv = _fit(
-            (_f32(1.0)
-                / torch.where(((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) >= _f32(0.015625)),
+                        (
+                            ((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        if (fmt, scale) == ('e5m6', 'e4m3'):
+            sf = _fit(
+                torch.where(((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) >= _f32(0.015625)),
                     _from_bits(
                         torch.minimum(
                             _t(
                                 (
-                                (
-                                (
-                                ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
-                                & 0xFFFFFFFF)
-                                + ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) >> 20) & 1))
-                                & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
+                                    (
+                                    (
+                                    ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
+                                    & 0xFFFFFFFF)
+                                    + ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) >> 20) & 1))
+                                    & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
                     (((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) + _f32(16384.0))
-                        - _from_bits(0x46800000)))), (N_t, N_g))
-        r = _fit(decode_e5m6(encode_e5m6((xf * inv[:, :, None]))), (N_t, N_g, N_c))
+                        - _from_bits(0x46800000))), (N_t, N_g))
+            inv = _fit(
+                (_f32(1.0)
+                    / torch.where(((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) >= _f32(0.015625)),
+                        _from_bits(
+                            torch.minimum(
+                                _t(
+                                    (
+                                    (
+                                    (
+                                    ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
+                                    & 0xFFFFFFFF)
+                                    + ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) >> 20) & 1))
+                                    & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
+                        (((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) + _f32(16384.0))
+                            - _from_bits(0x46800000)))), (N_t, N_g))
+        if fmt == 'e4m3':
+            r = _fit(_codes_as(encode_e4m3((xf * inv[:, :, None])), torch.uint8, torch.float8_e4m3fn).to(torch.float32),
+                (N_t, N_g, N_c))
+        if fmt == 'e5m2':
+            r = _fit(_codes_as(encode_e5m2((xf * inv[:, :, None])), torch.uint8, torch.float8_e5m2).to(torch.float32),
+                (N_t, N_g, N_c))
+        if fmt == 'e2m1':
+            r = _fit(decode_e2m1(encode_e2m1((xf * inv[:, :, None]))), (N_t, N_g, N_c))
+        if fmt == 'e5m6':
+            r = _fit(decode_e5m6(encode_e5m6((xf * inv[:, :, None]))), (N_t, N_g, N_c))
         y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
+        if out == 'bf16':
+            _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
+                _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
+        if out == 'fp32':
+            _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
         return _s_y,
 
 
-def reference_e5m6_e4m3_fp32(x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf = _fit(
-            torch.where(((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) >= _f32(0.015625)),
-                _from_bits(
-                    torch.minimum(
-                        _t(
-                            (
-                                (
-                                (
-                                ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
-                                & 0xFFFFFFFF)
-                                + ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) >> 20) & 1))
-                                & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
-                (((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) + _f32(16384.0))
-                    - _from_bits(0x46800000))), (N_t, N_g))
-        inv = _fit(
-            (_f32(1.0)
-                / torch.where(((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) >= _f32(0.015625)),
-                    _from_bits(
-                        torch.minimum(
-                            _t(
-                                (
-                                (
-                                (
-                                ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
-                                & 0xFFFFFFFF)
-                                + ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) >> 20) & 1))
-                                & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
-                    (((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) + _f32(16384.0))
-                        - _from_bits(0x46800000)))), (N_t, N_g))
-        r = _fit(decode_e5m6(encode_e5m6((xf * inv[:, :, None]))), (N_t, N_g, N_c))
-        y_tile = _fit((r * sf[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_y, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'), y_tile, None, False)
-        return _s_y,
+# the variants of the shared functions
+reference_e4m3_fp32_bf16 = specialize(make_reference_variants, 'e4m3', 'fp32', 'bf16')
+reference_e4m3_fp32_fp32 = specialize(make_reference_variants, 'e4m3', 'fp32', 'fp32')
+reference_e4m3_pow2_bf16 = specialize(make_reference_variants, 'e4m3', 'pow2', 'bf16')
+reference_e4m3_pow2_fp32 = specialize(make_reference_variants, 'e4m3', 'pow2', 'fp32')
+reference_e4m3_e4m3_bf16 = specialize(make_reference_variants, 'e4m3', 'e4m3', 'bf16')
+reference_e4m3_e4m3_fp32 = specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32')
+reference_e5m2_fp32_bf16 = specialize(make_reference_variants, 'e5m2', 'fp32', 'bf16')
+reference_e5m2_fp32_fp32 = specialize(make_reference_variants, 'e5m2', 'fp32', 'fp32')
+reference_e5m2_pow2_bf16 = specialize(make_reference_variants, 'e5m2', 'pow2', 'bf16')
+reference_e5m2_pow2_fp32 = specialize(make_reference_variants, 'e5m2', 'pow2', 'fp32')
+reference_e5m2_e4m3_bf16 = specialize(make_reference_variants, 'e5m2', 'e4m3', 'bf16')
+reference_e5m2_e4m3_fp32 = specialize(make_reference_variants, 'e5m2', 'e4m3', 'fp32')
+reference_e2m1_fp32_bf16 = specialize(make_reference_variants, 'e2m1', 'fp32', 'bf16')
+reference_e2m1_fp32_fp32 = specialize(make_reference_variants, 'e2m1', 'fp32', 'fp32')
+reference_e2m1_pow2_bf16 = specialize(make_reference_variants, 'e2m1', 'pow2', 'bf16')
+reference_e2m1_pow2_fp32 = specialize(make_reference_variants, 'e2m1', 'pow2', 'fp32')
+reference_e2m1_e4m3_bf16 = specialize(make_reference_variants, 'e2m1', 'e4m3', 'bf16')
+reference_e2m1_e4m3_fp32 = specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32')
+reference_e5m6_fp32_bf16 = specialize(make_reference_variants, 'e5m6', 'fp32', 'bf16')
+reference_e5m6_fp32_fp32 = specialize(make_reference_variants, 'e5m6', 'fp32', 'fp32')
+reference_e5m6_pow2_bf16 = specialize(make_reference_variants, 'e5m6', 'pow2', 'bf16')
+reference_e5m6_pow2_fp32 = specialize(make_reference_variants, 'e5m6', 'pow2', 'fp32')
+reference_e5m6_e4m3_bf16 = specialize(make_reference_variants, 'e5m6', 'e4m3', 'bf16')
+reference_e5m6_e4m3_fp32 = specialize(make_reference_variants, 'e5m6', 'e4m3', 'fp32')
 
 
 VARIANTS = {

@@ -2,14 +2,15 @@
 # with the formats and the cpu profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `per_token_cast_with_precomputed_sf` for the `cpu` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 from ...common.tilelang_helpers import decode_bf16, encode_e2m1, encode_e4m3, encode_e5m2, encode_e5m6
 
 TARGET = 'c'
@@ -17,7 +18,7 @@ PASS_CONFIGS = {'tirx.disable_vectorize': True}
 COMPILE_FLAGS = ['-O2', '-ffp-contract=off']
 
 
-def build_e4m3(H, group, x_dtype, *, threads=1, block_t=1):
+def make_variants(fmt, H, group, x_dtype, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_g = (H // group)
@@ -47,44 +48,12 @@ def build_e4m3(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = (T.float32(1.0) / _t0[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
-
-    return kernel
-
-
-def build_e5m2(H, group, x_dtype, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                _t0[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = (T.float32(1.0) / _t0[i_t, i_g])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                    if fmt == 'e4m3':
+                        q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                            encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                    if fmt == 'e5m2':
+                        q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                            encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -230,3 +199,8 @@ def build_e5m6(H, group, x_dtype, *, threads=1, block_t=1):
                                 q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
+
+
+# the variants of the shared factories
+build_e4m3 = specialize(make_variants, 'e4m3')
+build_e5m2 = specialize(make_variants, 'e5m2')

@@ -2,14 +2,15 @@
 # with the formats and the sm100 profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `per_token_cast_with_precomputed_sf` for the `sm100` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 from ...common.tilelang_helpers import encode_e2m1, encode_e5m6
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
@@ -17,7 +18,7 @@ PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized':
 COMPILE_FLAGS = ['-fmad=false']
 
 
-def build_e4m3(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
+def make_variants(fmt, H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
     T_ = T.dynamic("T")
     N_t = T_
     N_g = (H // group)
@@ -27,12 +28,16 @@ def build_e4m3(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if fmt == 'e4m3':
+        PARAM_q = T.Tensor((T_, H), 'float8_e4m3fn')
+    if fmt == 'e5m2':
+        PARAM_q = T.Tensor((T_, H), 'float8_e5m2')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
         sf: T.Tensor((T_, (H // group)), 'float32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
+        q: PARAM_q,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
@@ -50,47 +55,12 @@ def build_e4m3(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
                 inv[i_t, i_g] = (T.float32(1.0) / _t0[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e5m2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_c = N_c
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        q: T.Tensor((T_, H), 'float8_e5m2'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t0[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (b_g * B_g + i_g)],
-                    T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = (T.float32(1.0) / _t0[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
+                    if fmt == 'e4m3':
+                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
+                            (xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                    if fmt == 'e5m2':
+                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
+                            (xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
 
     return kernel
 
@@ -244,3 +214,8 @@ def build_e5m6(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
                                 q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
+
+
+# the variants of the shared factories
+build_e4m3 = specialize(make_variants, 'e4m3')
+build_e5m2 = specialize(make_variants, 'e5m2')

@@ -2,15 +2,17 @@
 # with the formats. Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `per_token_cast_with_precomputed_sf`.
 
-The oracle its kernels are tested against, one function per variant. It runs the statements of the
-kernels on whole tensors, in float32, with the same operations in the same order, and encodes outputs
-through the same generated software codecs.
+The oracle its kernels are tested against, one function per variant (`reference_<variant>`: its own, or
+a shared `make_reference_...` with the params that tell variants apart bound first, where they differ
+only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
+same operations in the same order, and encodes outputs through the same generated software codecs.
 """
+from tkgen.runtime.schedule import specialize
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_e2m1, encode_e4m3, encode_e5m2, encode_e5m6
 
 
-def reference_e4m3(x, sf, group, _given=None):
+def make_reference_variants(fmt, x, sf, group, _given=None):
     T_ = x.shape[0]
     H = x.shape[1]
     N_t = T_
@@ -19,34 +21,21 @@ def reference_e4m3(x, sf, group, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        if fmt == 'e4m3':
+            _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
+        if fmt == 'e5m2':
+            _s_q = torch.zeros((T_, H), dtype=torch.float8_e5m2, device=_dev)
         xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
             (N_t, N_g, N_c))
         _t0 = _fit(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g')).to(torch.float32), (N_t, N_g))
         inv = _fit((_f32(1.0) / _t0), (N_t, N_g))
         q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_q,
-
-
-def reference_e5m2(x, sf, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e5m2, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _fit(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g')).to(torch.float32), (N_t, N_g))
-        inv = _fit((_f32(1.0) / _t0), (N_t, N_g))
-        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e5m2(q_tile), torch.uint8, torch.float8_e5m2), None, False)
+        if fmt == 'e4m3':
+            _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
+                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
+        if fmt == 'e5m2':
+            _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
+                _codes_as(encode_e5m2(q_tile), torch.uint8, torch.float8_e5m2), None, False)
         return _s_q,
 
 
@@ -182,6 +171,11 @@ def reference_e5m6(x, sf, group, _given=None):
                             _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7)),
                         (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7) < N_c)))).to(torch.int32), None, False)
         return _s_q.view(torch.uint8),
+
+
+# the variants of the shared functions
+reference_e4m3 = specialize(make_reference_variants, 'e4m3')
+reference_e5m2 = specialize(make_reference_variants, 'e5m2')
 
 
 VARIANTS = {

@@ -2,21 +2,22 @@
 # with the formats and the sm100 profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `per_token_cast_with_sf_only` for the `sm100` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
 COMPILE_FLAGS = ['-fmad=false']
 
 
-def build_e4m3_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
+def make_variants(fmt, scale, H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
     T_ = T.dynamic("T")
     N_t = T_
     N_g = (H // group)
@@ -26,11 +27,17 @@ def build_e4m3_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0_byte':
+        PARAM_sf = T.Tensor((T_, (H // group)), 'uint8')
+    if scale == 'e4m3':
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float8_e4m3fn')
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
@@ -43,28 +50,193 @@ def build_e4m3_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
                     LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
+                if fmt in ('e4m3', 'e5m2', 'e5m6'):
+                    amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
+                if fmt == 'e2m1':
+                    amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if (fmt, scale) == ('e4m3', 'fp32'):
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                    if (fmt, scale) == ('e4m3', 'pow2'):
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (fmt, scale) == ('e4m3', 'ue8m0_byte'):
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
+                            (
+                                (
+                                    T.reinterpret(
+                                        T.reinterpret(
+                                            (
+                                                (
+                                                (
+                                                (T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                            "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                    if (fmt, scale) == ('e4m3', 'e4m3'):
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
+                            T.Select(
+                                ((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
+                                T.reinterpret(
+                                    T.min(
+                                        (
+                                            (
+                                                (
+                                                T.reinterpret(
+                                                (T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
+                                                + T.uint32(0x7ffff))
+                                                + (
+                                                (
+                                                T.reinterpret(
+                                                (T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
+                                                >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
+                                        T.uint32(0x43e00000)), "float32"),
+                                (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
+                                    - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
+                    if (fmt, scale) == ('e5m2', 'fp32'):
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(57344.0))
+                    if (fmt, scale) == ('e5m2', 'pow2'):
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (fmt, scale) == ('e5m2', 'ue8m0_byte'):
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
+                            (
+                                (
+                                    T.reinterpret(
+                                        T.reinterpret(
+                                            (
+                                                (
+                                                (
+                                                (T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                            "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                    if (fmt, scale) == ('e5m2', 'e4m3'):
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
+                            T.Select(
+                                ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
+                                T.reinterpret(
+                                    T.min(
+                                        (
+                                            (
+                                                (
+                                                T.reinterpret(
+                                                (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
+                                                "uint32") + T.uint32(0x7ffff))
+                                                + (
+                                                (
+                                                T.reinterpret(
+                                                (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
+                                                "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
+                                        T.uint32(0x43e00000)), "float32"),
+                                (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
+                                    - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
+                    if (fmt, scale) == ('e2m1', 'fp32'):
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(6.0))
+                    if (fmt, scale) == ('e2m1', 'pow2'):
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (fmt, scale) == ('e2m1', 'ue8m0_byte'):
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
+                            (
+                                (
+                                    T.reinterpret(
+                                        T.reinterpret(
+                                            (
+                                                (
+                                                (
+                                                (T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                            "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                    if (fmt, scale) == ('e2m1', 'e4m3'):
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
+                            T.Select(
+                                ((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
+                                    >= T.float32(0.015625)),
+                                T.reinterpret(
+                                    T.min(
+                                        (
+                                            (
+                                                (
+                                                T.reinterpret(
+                                                (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
+                                                "uint32") + T.uint32(0x7ffff))
+                                                + (
+                                                (
+                                                T.reinterpret(
+                                                (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
+                                                "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
+                                        T.uint32(0x43e00000)), "float32"),
+                                (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
+                                    - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
+                    if (fmt, scale) == ('e5m6', 'fp32'):
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(65024.0))
+                    if (fmt, scale) == ('e5m6', 'pow2'):
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                            (
+                                (
+                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    if (fmt, scale) == ('e5m6', 'ue8m0_byte'):
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
+                            (
+                                (
+                                    T.reinterpret(
+                                        T.reinterpret(
+                                            (
+                                                (
+                                                (
+                                                (T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                            "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                    if (fmt, scale) == ('e5m6', 'e4m3'):
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
+                            T.Select(
+                                ((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
+                                T.reinterpret(
+                                    T.min(
+                                        (
+                                            (
+                                                (
+                                                T.reinterpret(
+                                                (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
+                                                "uint32") + T.uint32(0x7ffff))
+                                                + (
+                                                (
+                                                T.reinterpret(
+                                                (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
+                                                "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
+                                        T.uint32(0x43e00000)), "float32"),
+                                (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
+                                    - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
 
     return kernel
 
 
-def build_e4m3_pow2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
+def make_ue8m0(fmt, H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
     T_ = T.dynamic("T")
     N_t = T_
     N_g = (H // group)
     N_c = group
+    N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+    B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
@@ -72,743 +244,41 @@ def build_e4m3_pow2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
             xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t0 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
                     LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                if fmt in ('e4m3', 'e5m2', 'e5m6'):
+                    amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
+                if fmt == 'e2m1':
+                    amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
+                if fmt == 'e4m3':
+                    sf_tile[i_t, i_g] = T.reinterpret(
                         (
                             (
                                 ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-
-    return kernel
-
-
-def build_e4m3_ue8m0(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_byte(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'uint8'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                        (
-                            (
-                                T.reinterpret(
-                                    T.reinterpret(
-                                        (
-                                            (
-                                            (
-                                            (T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                            >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32")
-                                >> T.uint32(23)) & T.uint32(255)), "uint8")
-
-    return kernel
-
-
-def build_e4m3_e4m3(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'float8_e4m3fn'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                        T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
-                            T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") + T.uint32(0x7ffff))
-                                            + (
-                                            (
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
-                            (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
-                                - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e5m2_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(57344.0))
-
-    return kernel
-
-
-def build_e5m2_pow2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                if fmt == 'e5m2':
+                    sf_tile[i_t, i_g] = T.reinterpret(
                         (
                             (
                                 ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-
-    return kernel
-
-
-def build_e5m2_ue8m0(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-
-    return kernel
-
-
-def build_e5m2_ue8m0_byte(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'uint8'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                        (
-                            (
-                                T.reinterpret(
-                                    T.reinterpret(
-                                        (
-                                            (
-                                            (
-                                            (T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
-                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"),
-                                    "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
-
-    return kernel
-
-
-def build_e5m2_e4m3(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'float8_e4m3fn'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                        T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
-                            T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                            + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
-                            (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
-                                - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e2m1_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(6.0))
-
-    return kernel
-
-
-def build_e2m1_pow2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                if fmt == 'e2m1':
+                    sf_tile[i_t, i_g] = T.reinterpret(
                         (
                             (
                                 ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-
-    return kernel
-
-
-def build_e2m1_ue8m0(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-
-    return kernel
-
-
-def build_e2m1_ue8m0_byte(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'uint8'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                        (
-                            (
-                                T.reinterpret(
-                                    T.reinterpret(
-                                        (
-                                            (
-                                            ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
-                                            >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"), "uint32")
-                                >> T.uint32(23)) & T.uint32(255)), "uint8")
-
-    return kernel
-
-
-def build_e2m1_e4m3(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'float8_e4m3fn'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                        T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
-                            T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                            + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
-                            (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
-                                - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e5m6_fp32(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(65024.0))
-
-    return kernel
-
-
-def build_e5m6_pow2(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
+                if fmt == 'e5m6':
+                    sf_tile[i_t, i_g] = T.reinterpret(
                         (
                             (
                                 ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-
-    return kernel
-
-
-def build_e5m6_ue8m0(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
@@ -834,97 +304,24 @@ def build_e5m6_ue8m0(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=40
     return kernel
 
 
-def build_e5m6_ue8m0_byte(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'uint8'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                        (
-                            (
-                                T.reinterpret(
-                                    T.reinterpret(
-                                        (
-                                            (
-                                            (
-                                            (T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
-                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32"),
-                                    "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
-
-    return kernel
-
-
-def build_e5m6_e4m3(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'float8_e4m3fn'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                        T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
-                            T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                            + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
-                            (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
-                                - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
-
-    return kernel
+# the variants of the shared factories
+build_e4m3_fp32 = specialize(make_variants, 'e4m3', 'fp32')
+build_e4m3_pow2 = specialize(make_variants, 'e4m3', 'pow2')
+build_e4m3_ue8m0_byte = specialize(make_variants, 'e4m3', 'ue8m0_byte')
+build_e4m3_e4m3 = specialize(make_variants, 'e4m3', 'e4m3')
+build_e5m2_fp32 = specialize(make_variants, 'e5m2', 'fp32')
+build_e5m2_pow2 = specialize(make_variants, 'e5m2', 'pow2')
+build_e5m2_ue8m0_byte = specialize(make_variants, 'e5m2', 'ue8m0_byte')
+build_e5m2_e4m3 = specialize(make_variants, 'e5m2', 'e4m3')
+build_e2m1_fp32 = specialize(make_variants, 'e2m1', 'fp32')
+build_e2m1_pow2 = specialize(make_variants, 'e2m1', 'pow2')
+build_e2m1_ue8m0_byte = specialize(make_variants, 'e2m1', 'ue8m0_byte')
+build_e2m1_e4m3 = specialize(make_variants, 'e2m1', 'e4m3')
+build_e5m6_fp32 = specialize(make_variants, 'e5m6', 'fp32')
+build_e5m6_pow2 = specialize(make_variants, 'e5m6', 'pow2')
+build_e5m6_ue8m0_byte = specialize(make_variants, 'e5m6', 'ue8m0_byte')
+build_e5m6_e4m3 = specialize(make_variants, 'e5m6', 'e4m3')
+build_e4m3_ue8m0 = specialize(make_ue8m0, 'e4m3')
+build_e5m2_ue8m0 = specialize(make_ue8m0, 'e5m2')
+build_e2m1_ue8m0 = specialize(make_ue8m0, 'e2m1')
+build_e5m6_ue8m0 = specialize(make_ue8m0, 'e5m6')

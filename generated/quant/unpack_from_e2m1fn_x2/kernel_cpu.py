@@ -2,14 +2,15 @@
 # with the formats and the cpu profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `unpack_from_e2m1fn_x2` for the `cpu` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 from ...common.tilelang_helpers import decode_e2m1, encode_bf16
 
 TARGET = 'c'
@@ -17,17 +18,21 @@ PASS_CONFIGS = {'tirx.disable_vectorize': True}
 COMPILE_FLAGS = ['-O2', '-ffp-contract=off']
 
 
-def build_fp32(H, *, threads=1, block_t=1):
+def make_variants(out, H, *, threads=1, block_t=1):
     T_ = T.dynamic("T")
     N_t = T_
     N_h = H
     B_h = N_h
     B_t = block_t
+    if out == 'fp32':
+        PARAM_y = T.Tensor((T_, H), 'float32')
+    if out == 'bf16':
+        PARAM_y = T.Tensor((T_, H), 'uint16')
 
     @T.prim_func
     def kernel(
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        y: T.Tensor((T_, H), 'float32'),
+        y: PARAM_y,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             q_code = T.alloc_local((B_t, B_h), 'uint32')
@@ -40,34 +45,14 @@ def build_fp32(H, *, threads=1, block_t=1):
                     & T.uint32(15))
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), i_h] = decode_e2m1(q_code[i_t, i_h])
+                    if out == 'fp32':
+                        y[(b_t * B_t + i_t), i_h] = decode_e2m1(q_code[i_t, i_h])
+                    if out == 'bf16':
+                        y[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16(decode_e2m1(q_code[i_t, i_h])), "uint16")
 
     return kernel
 
 
-def build_bf16(H, *, threads=1, block_t=1):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_h = H
-    B_h = N_h
-    B_t = block_t
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        y: T.Tensor((T_, H), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            q_code = T.alloc_local((B_t, B_h), 'uint32')
-            for i_t, i_h in T.grid(B_t, B_h):
-                q_code[i_t, i_h] = (
-                    (
-                        T.if_then_else(((b_t * B_t + i_t) < N_t),
-                            (T.cast(q[(b_t * B_t + i_t), T.floordiv(i_h, T.int32(2))], "uint32") & T.uint32(0xff)),
-                            T.uint32(0)) >> T.cast((T.floormod(i_h, T.int32(2)) * T.int32(4)), "uint32"))
-                    & T.uint32(15))
-            for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16(decode_e2m1(q_code[i_t, i_h])), "uint16")
-
-    return kernel
+# the variants of the shared factories
+build_fp32 = specialize(make_variants, 'fp32')
+build_bf16 = specialize(make_variants, 'bf16')

@@ -2,14 +2,15 @@
 # with the formats and the sm100 profile. Do not edit: change the spec and run `tkgen generate`.
 """TileLang kernels of `unpack_from_e2m1fn_x2` for the `sm100` profile.
 
-One factory per variant. Each factory takes the op's static sizes and params and returns a T.prim_func;
-the dynamic dim is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are
-the schedule (threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec
-and profile.
+`build_<variant>` is each variant's factory: its own function, or where variants differ only in a few
+statements (an expression, an index), a shared `make_...` function with the params that tell them apart
+bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
+is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
+(threads, block sizes, the tile budget of `auto` blocks); their defaults come from the spec and profile.
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block  # noqa: F401
+from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401
 from ...common.tilelang_helpers import decode_e2m1
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}

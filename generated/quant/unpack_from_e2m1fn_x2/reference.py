@@ -2,15 +2,17 @@
 # with the formats. Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `unpack_from_e2m1fn_x2`.
 
-The oracle its kernels are tested against, one function per variant. It runs the statements of the
-kernels on whole tensors, in float32, with the same operations in the same order, and encodes outputs
-through the same generated software codecs.
+The oracle its kernels are tested against, one function per variant (`reference_<variant>`: its own, or
+a shared `make_reference_...` with the params that tell variants apart bound first, where they differ
+only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
+same operations in the same order, and encodes outputs through the same generated software codecs.
 """
+from tkgen.runtime.schedule import specialize
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import decode_e2m1, encode_bf16
 
 
-def reference_fp32(q, _given=None):
+def make_reference_variants(out, q, _given=None):
     T_ = q.shape[0]
     H = q.shape[1] * 2 // 1
     N_t = T_
@@ -18,7 +20,10 @@ def reference_fp32(q, _given=None):
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        if out == 'fp32':
+            _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        if out == 'bf16':
+            _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
         q_code = _fit(
             (
                 (
@@ -28,31 +33,17 @@ def reference_fp32(q, _given=None):
                             None)) >> (_wrap_i32(torch.remainder(_t(_ix(N_h, 1, 2, _dev)), _t(2)) * 4) & 0xFFFFFFFF))
                 & 15), (N_t, N_h))
         y_tile = _fit(decode_e2m1(q_code), (N_t, N_h))
-        _store_view(_s_y, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), y_tile, None, False)
+        if out == 'fp32':
+            _store_view(_s_y, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), y_tile, None, False)
+        if out == 'bf16':
+            _store_view(_s_y, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
+                _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
         return _s_y,
 
 
-def reference_bf16(q, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 2 // 1
-    N_t = T_
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        q_code = _fit(
-            (
-                (
-                    _codes_of(
-                        _gather(q.view(torch.uint8),
-                            (_ix(N_t, 0, 2, _dev), torch.div(_t(_ix(N_h, 1, 2, _dev)), _t(2), rounding_mode='floor')),
-                            None)) >> (_wrap_i32(torch.remainder(_t(_ix(N_h, 1, 2, _dev)), _t(2)) * 4) & 0xFFFFFFFF))
-                & 15), (N_t, N_h))
-        y_tile = _fit(decode_e2m1(q_code), (N_t, N_h))
-        _store_view(_s_y, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_y,
+# the variants of the shared functions
+reference_fp32 = specialize(make_reference_variants, 'fp32')
+reference_bf16 = specialize(make_reference_variants, 'bf16')
 
 
 VARIANTS = {
